@@ -1,0 +1,1 @@
+"""hango: long-term memory and skills for an LLM agent runtime, as files in PostgreSQL."""

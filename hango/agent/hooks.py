@@ -1,0 +1,141 @@
+"""The hooks a middleware may implement, and the per-run context they share.
+
+A middleware is any object with a ``name`` that implements one or more of these protocols:
+
+- :class:`RunHook` ``before_run(ctx)``: once per run, in chain order, before the first model call.
+- :class:`PromptContributor` ``system_blocks(ctx)``: at every model call, in chain order.
+- :class:`BreakpointMarker` ``marks_breakpoint``: the system blocks contributed *before* it get
+  the cache breakpoint (that is what ``PromptCache`` is).
+- :class:`ModelWrapper` ``wrap_model_call(ctx, request, call_next)``: around each model call.
+- :class:`ToolProvider` ``tools(ctx)``: tools this middleware adds.
+- :class:`ToolWrapper` ``wrap_tool_call(ctx, call, call_next)``: around each tool call.
+
+Private state is typed and private: a middleware creates a :class:`StateKey` and keeps it; only
+the holder of the key object can reach the value (there is no shared dict keyed by strings).
+A new :class:`RunContext` per run means every run, and every subagent, starts with empty state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+
+from opentelemetry import trace
+
+from hango.models.base import Block, Request, Response, ToolCall, ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    from hango.agents import AgentConfig
+    from hango.fs.backend import Backend
+
+T = TypeVar("T")
+log = logging.getLogger("hango")
+
+
+class StateKey(Generic[T]):
+    """An unforgeable handle to one middleware's private state in a run."""
+
+    def __init__(self, name: str, factory: Callable[[], T]) -> None:
+        self.name = name
+        self.factory = factory
+
+    def __repr__(self) -> str:
+        return f"StateKey({self.name!r})"
+
+
+@dataclass(frozen=True)
+class Event:
+    """A span event that also reaches the caller in the run's result."""
+
+    name: str
+    attributes: dict[str, Any]
+
+
+@dataclass
+class RunContext:
+    """Everything one run knows. Created fresh for each run (and for each subagent run)."""
+
+    tenant_id: str
+    agent_id: str
+    config: AgentConfig
+    backend: Backend
+    run_id: str
+    allowlist: frozenset[str]
+    warnings: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    _private: dict[StateKey[Any], Any] = field(default_factory=dict, repr=False)
+
+    def state(self, key: StateKey[T]) -> T:
+        """This run's value for ``key``, created empty on first use."""
+        if key not in self._private:
+            self._private[key] = key.factory()
+        value: T = self._private[key]
+        return value
+
+    def event(self, name: str, **attributes: Any) -> None:
+        """Record a span event on the current span and in the run's result."""
+        self.events.append(Event(name, dict(attributes)))
+        trace.get_current_span().add_event(name, {k: _attr(v) for k, v in attributes.items()})
+
+    def warn(self, message: str, event: str | None = None, **attributes: Any) -> None:
+        """A warning the caller can read (``RunResult.warnings``), logged, optionally an event."""
+        self.warnings.append(message)
+        log.warning("%s", message)
+        if event is not None:
+            self.event(event, **attributes)
+
+
+def _attr(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    return str(value)
+
+
+@runtime_checkable
+class RunHook(Protocol):
+    def before_run(self, ctx: RunContext) -> None: ...
+
+
+@runtime_checkable
+class PromptContributor(Protocol):
+    def system_blocks(self, ctx: RunContext) -> Sequence[Block]: ...
+
+
+@runtime_checkable
+class BreakpointMarker(Protocol):
+    marks_breakpoint: bool
+
+
+ModelCall = Callable[[Request], Response]
+
+
+@runtime_checkable
+class ModelWrapper(Protocol):
+    def wrap_model_call(self, ctx: RunContext, request: Request, call_next: ModelCall) -> Response:
+        ...
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A callable tool: its spec (what the model sees) and its function."""
+
+    spec: ToolSpec
+    fn: Callable[[RunContext, dict[str, Any]], str]
+
+
+@runtime_checkable
+class ToolProvider(Protocol):
+    def tools(self, ctx: RunContext) -> Sequence[Tool]: ...
+
+
+ToolCallNext = Callable[[ToolCall], ToolResult]
+
+
+@runtime_checkable
+class ToolWrapper(Protocol):
+    def wrap_tool_call(self, ctx: RunContext, call: ToolCall, call_next: ToolCallNext) -> ToolResult:
+        ...

@@ -1,0 +1,178 @@
+"""Tenants, agents and their config, and API tokens.
+
+An agent's config lives in the ``agents`` table: its tool allowlist, its memory sources and its
+skills sources. Sources left out fall back to the tenant-level defaults from settings
+(``HANGO_MEMORY_DEFAULT_SOURCES``, ``HANGO_SKILLS_DEFAULT_SOURCES``). Every source must be an
+absolute clean path under the matching reserved prefix; a bad entry is refused naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hango.db import Database
+from hango.fs.path import PREFIX_MEMORIES, PREFIX_SKILLS, PathError, validate_source
+from hango.settings import Settings, get_settings
+
+ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+TOOL_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
+ROLES = ("owner", "admin", "member")
+
+
+class AgentConfig(BaseModel):
+    """What an agent may do and what it remembers. ``None`` sources mean the tenant defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    system_prompt: str = Field(default="You are a helpful agent.", max_length=100_000)
+    tools: list[str] = Field(
+        default_factory=lambda: ["read_file", "write_file", "edit_file", "ls", "glob"],
+        description="The allowlist: the only tools this agent may ever call.",
+    )
+    memory: list[str] | None = Field(default=None, max_length=32)
+    skills: list[str] | None = Field(default=None, max_length=32)
+    subagents: list[str] = Field(default_factory=list, description="Agents the task tool may run.")
+    model: str = "hango-sim-1"
+    max_steps: int = Field(default=12, ge=1, le=200)
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, value: list[str]) -> list[str]:
+        for i, name in enumerate(value):
+            if not re.match(TOOL_PATTERN, name):
+                raise ValueError(f"tools[{i}] {name!r} is not a tool name")
+        return list(dict.fromkeys(value))
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: list[str] | None) -> list[str] | None:
+        return _sources(value, PREFIX_MEMORIES, "memory")
+
+    @field_validator("skills")
+    @classmethod
+    def _skills(cls, value: list[str] | None) -> list[str] | None:
+        return _sources(value, PREFIX_SKILLS, "skills")
+
+    @field_validator("subagents")
+    @classmethod
+    def _subagents(cls, value: list[str]) -> list[str]:
+        for i, name in enumerate(value):
+            if not re.match(ID_PATTERN, name):
+                raise ValueError(f"subagents[{i}] {name!r} is not an agent id")
+        return value
+
+    def memory_sources(self, settings: Settings | None = None) -> list[str]:
+        if self.memory is not None:
+            return self.memory
+        return list((settings or get_settings()).memory_default_sources)
+
+    def skills_sources(self, settings: Settings | None = None) -> list[str]:
+        if self.skills is not None:
+            return self.skills
+        return [validate_source(s, PREFIX_SKILLS)
+                for s in (settings or get_settings()).skills_default_sources]
+
+
+def _sources(value: list[str] | None, prefix: str, key: str) -> list[str] | None:
+    if value is None:
+        return None
+    out = []
+    for i, entry in enumerate(value):
+        try:
+            out.append(validate_source(entry, prefix))
+        except PathError as exc:
+            raise ValueError(f"{key}[{i}] {entry!r}: {exc.rule}") from None
+    return out
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling the files API: a tenant and a role."""
+
+    tenant_id: str
+    role: str
+
+
+def _check_id(kind: str, value: str) -> str:
+    if not isinstance(value, str) or not re.match(ID_PATTERN, value):
+        raise ValueError(f"{kind} {value!r} must match {ID_PATTERN}")
+    return value
+
+
+def token_digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+def create_tenant(db: Database, tenant_id: str) -> str:
+    """Create a tenant (idempotent). An admin operation: runs as the superuser connection."""
+    _check_id("tenant id", tenant_id)
+    with db.admin() as conn:
+        conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                     [tenant_id])
+    return tenant_id
+
+
+def drop_tenant(db: Database, tenant_id: str) -> None:
+    """Delete a tenant with its agents, files and tokens (notebooks start from a clean slate)."""
+    with db.admin() as conn:
+        conn.execute("DELETE FROM tenants WHERE tenant_id = %s", [tenant_id])
+
+
+def create_token(db: Database, tenant_id: str, role: str, label: str = "") -> str:
+    """Mint a bearer token for a tenant; only its SHA-256 digest is stored."""
+    if role not in ROLES:
+        raise ValueError(f"role {role!r} must be one of {', '.join(ROLES)}")
+    token = "hango_" + secrets.token_urlsafe(24)
+    with db.admin() as conn:
+        conn.execute(
+            "INSERT INTO api_tokens (token_sha256, tenant_id, role, label) VALUES (%s, %s, %s, %s)",
+            [token_digest(token), _check_id("tenant id", tenant_id), role, label],
+        )
+    return token
+
+
+def principal_for(db: Database, token: str) -> Principal | None:
+    with db.app() as conn:
+        row = conn.execute("SELECT tenant_id, role FROM hango_principal(%s)",
+                           [token_digest(token)]).fetchone()
+    return None if row is None else Principal(row[0], row[1])
+
+
+def save_agent(db: Database, tenant_id: str, agent_id: str,
+               config: AgentConfig | None = None) -> AgentConfig:
+    """Create or replace an agent's config in its tenant."""
+    config = config or AgentConfig()
+    _check_id("agent id", agent_id)
+    with db.tenant(tenant_id) as conn:
+        conn.execute(
+            """INSERT INTO agents (tenant_id, agent_id, config) VALUES (%s, %s, %s)
+               ON CONFLICT (tenant_id, agent_id) DO UPDATE
+                  SET config = EXCLUDED.config, updated_at = now()""",
+            [tenant_id, agent_id, config.model_dump_json(exclude_none=False)],
+        )
+    return config
+
+
+def load_agent(db: Database, tenant_id: str, agent_id: str) -> AgentConfig | None:
+    with db.tenant(tenant_id) as conn:
+        row = conn.execute(
+            "SELECT config FROM agents WHERE tenant_id = %s AND agent_id = %s",
+            [tenant_id, agent_id],
+        ).fetchone()
+    return None if row is None else AgentConfig.model_validate(row[0])
+
+
+def list_agents(db: Database, tenant_id: str) -> list[str]:
+    with db.tenant(tenant_id) as conn:
+        rows = conn.execute(
+            "SELECT agent_id FROM agents WHERE tenant_id = %s ORDER BY agent_id", [tenant_id]
+        ).fetchall()
+    return [r[0] for r in rows]
+
+

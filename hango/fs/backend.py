@@ -1,0 +1,311 @@
+"""The one filesystem: rows of ``agent_files`` in one namespace ``{tenant_id, agent_id}``.
+
+The backend is policy-free about *who* writes (that is :func:`hango.fs.path.check_write`, called
+by both doors) but strict about *what* a path is: every method cleans its path first.
+Each file carries a ``version`` for optimistic concurrency: pass ``if_version`` and a write that
+lost a race is refused with :class:`VersionConflict` instead of silently overwriting.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hango.db import Database
+from hango.fs.path import clean, clean_dir
+
+
+class FileNotFound(LookupError):
+    def __init__(self, path: str) -> None:
+        super().__init__(f"no such file: {path}")
+        self.path = path
+
+
+class VersionConflict(RuntimeError):
+    """``if_version`` did not match: someone else wrote the file first. Nothing was written."""
+
+    def __init__(self, path: str, expected: int, actual: int | None) -> None:
+        now = "it does not exist" if actual is None else f"it is at version {actual}"
+        super().__init__(f"{path}: expected version {expected}, but {now}; nothing was written")
+        self.path, self.expected, self.actual = path, expected, actual
+
+
+class EditError(ValueError):
+    """The text to replace is missing or ambiguous. Nothing was written."""
+
+
+class NotText(ValueError):
+    """File contents are UTF-8 text."""
+
+
+@dataclass(frozen=True)
+class FileData:
+    path: str
+    content: str
+    version: int
+    size: int  # the whole file's size in bytes, even when ``content`` is a truncated head
+
+    @property
+    def truncated(self) -> bool:
+        return len(self.content.encode("utf-8")) < self.size
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str
+    is_dir: bool
+    size: int = 0
+    version: int = 0
+
+
+def decode_head(data: bytes) -> str:
+    """Decode UTF-8 bytes that may end in the middle of a character (a byte-limited read)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start >= len(data) - 3 and exc.reason in ("unexpected end of data",):
+            return data[: exc.start].decode("utf-8")
+        raise NotText(f"not UTF-8 text at byte {exc.start}") from None
+
+
+def glob_to_regex(pattern: str) -> str:
+    """``**`` spans directories, ``*`` and ``?`` stay within one segment. Anchored both ends."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return "^" + "".join(out) + "$"
+
+
+def like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+class Backend(Protocol):
+    """What memory, skills, the tools and the files API need from a filesystem."""
+
+    tenant_id: str
+    agent_id: str
+
+    def read(self, path: str, limit: int | None = None) -> FileData: ...
+    def read_many(self, paths: Sequence[str], limit: int) -> list[FileData]: ...
+    def heads(self, directories: Sequence[str], name: str, limit: int) -> list[FileData]: ...
+    def write(self, path: str, content: str, if_version: int | None = None) -> int: ...
+    def edit(
+        self, path: str, old: str, new: str, *, replace_all: bool = False,
+        if_version: int | None = None,
+    ) -> int: ...
+    def delete(self, path: str, if_version: int | None = None) -> None: ...
+    def ls(self, path: str = "/") -> list[Entry]: ...
+    def glob(self, pattern: str) -> list[str]: ...
+
+
+class PostgresBackend:
+    """:class:`Backend` over ``agent_files``; every statement runs with the tenant set (RLS)."""
+
+    def __init__(self, db: Database, tenant_id: str, agent_id: str) -> None:
+        self.db = db
+        self.tenant_id = tenant_id
+        self.agent_id = agent_id
+        self.bytes_read = 0  # content bytes transferred from the database, for the caps' tests
+
+    def _ns(self) -> dict[str, Any]:
+        return {"t": self.tenant_id, "a": self.agent_id}
+
+    def _rows(self, rows: list[tuple[str, bytes, int, int]]) -> list[FileData]:
+        self.bytes_read += sum(len(r[1]) for r in rows)
+        return [FileData(path, decode_head(bytes(data)), version, size)
+                for path, data, version, size in rows]
+
+    def read(self, path: str, limit: int | None = None) -> FileData:
+        """Read a file; with ``limit``, only its first ``limit`` bytes leave the database."""
+        path = clean(path)
+        found = self.read_many([path], limit if limit is not None else 2**31 - 1)
+        if not found:
+            raise FileNotFound(path)
+        return found[0]
+
+    def read_many(self, paths: Sequence[str], limit: int) -> list[FileData]:
+        """Several files in one query, each cut to ``limit`` bytes *in SQL*; missing ones absent."""
+        cleaned = [clean(p) for p in paths]
+        with self.db.tenant(self.tenant_id) as conn:
+            rows = conn.execute(
+                """SELECT path, substring(content FROM 1 FOR %(n)s), version, size
+                     FROM agent_files
+                    WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = ANY(%(p)s)""",
+                {**self._ns(), "n": limit, "p": cleaned},
+            ).fetchall()
+        by_path = {r[0]: r for r in rows}
+        return self._rows([by_path[p] for p in dict.fromkeys(cleaned) if p in by_path])
+
+    def heads(self, directories: Sequence[str], name: str, limit: int) -> list[FileData]:
+        """Every ``{dir}**/{name}`` at any depth, only the first ``limit`` bytes of each.
+
+        One query, served by the partial index on ``SKILL.md`` rows (or the primary key's
+        prefix range for other names). Rows come back ordered by path.
+        """
+        dirs = [clean_dir(d) for d in directories]
+        if "/" in name or not name:
+            raise ValueError(f"name must be a bare file name, got {name!r}")
+        with self.db.tenant(self.tenant_id) as conn:
+            rows = conn.execute(
+                """SELECT path, substring(content FROM 1 FOR %(n)s), version, size
+                     FROM agent_files
+                    WHERE tenant_id = %(t)s AND agent_id = %(a)s
+                      AND path LIKE %(suffix)s
+                      AND path LIKE ANY(%(prefixes)s)
+                    ORDER BY path""",
+                {**self._ns(), "n": limit, "suffix": "%/" + like_escape(name),
+                 "prefixes": [like_escape(d) + "%" for d in dirs]},
+            ).fetchall()
+        return self._rows(rows)
+
+    def write(self, path: str, content: str, if_version: int | None = None) -> int:
+        """Create or replace a file; return its new version."""
+        path = clean(path)
+        data = content.encode("utf-8")
+        params = {**self._ns(), "p": path, "c": data, "s": len(data), "v": if_version}
+        with self.db.tenant(self.tenant_id) as conn:
+            if if_version is None:
+                row = conn.execute(
+                    """INSERT INTO agent_files (tenant_id, agent_id, path, content, size)
+                       VALUES (%(t)s, %(a)s, %(p)s, %(c)s, %(s)s)
+                       ON CONFLICT (tenant_id, agent_id, path) DO UPDATE
+                          SET content = EXCLUDED.content, size = EXCLUDED.size,
+                              version = agent_files.version + 1, updated_at = now()
+                       RETURNING version""",
+                    params,
+                ).fetchone()
+            elif if_version == 0:  # "only if it does not exist yet"
+                row = conn.execute(
+                    """INSERT INTO agent_files (tenant_id, agent_id, path, content, size)
+                       VALUES (%(t)s, %(a)s, %(p)s, %(c)s, %(s)s)
+                       ON CONFLICT DO NOTHING RETURNING version""",
+                    params,
+                ).fetchone()
+            else:
+                row = conn.execute(
+                    """UPDATE agent_files SET content = %(c)s, size = %(s)s,
+                              version = version + 1, updated_at = now()
+                        WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
+                          AND version = %(v)s
+                    RETURNING version""",
+                    params,
+                ).fetchone()
+            if row is None:
+                assert if_version is not None
+                raise VersionConflict(path, if_version, self._version(conn, path))
+            return int(row[0])
+
+    def _version(self, conn: Any, path: str) -> int | None:
+        row = conn.execute(
+            "SELECT version FROM agent_files WHERE tenant_id = %(t)s AND agent_id = %(a)s"
+            " AND path = %(p)s",
+            {**self._ns(), "p": path},
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def edit(
+        self, path: str, old: str, new: str, *, replace_all: bool = False,
+        if_version: int | None = None,
+    ) -> int:
+        """Replace the exact text ``old`` with ``new``; ``old`` must occur once (or ``replace_all``)."""
+        path = clean(path)
+        if old == "":
+            raise EditError(f"{path}: the text to replace is empty")
+        with self.db.tenant(self.tenant_id) as conn:
+            row = conn.execute(
+                """SELECT content, version FROM agent_files
+                    WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s FOR UPDATE""",
+                {**self._ns(), "p": path},
+            ).fetchone()
+            if row is None:
+                raise FileNotFound(path)
+            text, version = decode_head(bytes(row[0])), int(row[1])
+            if if_version is not None and if_version != version:
+                raise VersionConflict(path, if_version, version)
+            count = text.count(old)
+            if count == 0:
+                raise EditError(f"{path}: the text to replace was not found; nothing was written")
+            if count > 1 and not replace_all:
+                raise EditError(
+                    f"{path}: the text to replace occurs {count} times; give more context "
+                    "so it is unique (or replace all); nothing was written"
+                )
+            data = text.replace(old, new).encode("utf-8")
+            new_version = conn.execute(
+                """UPDATE agent_files SET content = %(c)s, size = %(s)s,
+                          version = version + 1, updated_at = now()
+                    WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
+                RETURNING version""",
+                {**self._ns(), "p": path, "c": data, "s": len(data)},
+            ).fetchone()
+            assert new_version is not None
+            return int(new_version[0])
+
+    def delete(self, path: str, if_version: int | None = None) -> None:
+        path = clean(path)
+        with self.db.tenant(self.tenant_id) as conn:
+            row = conn.execute(
+                """DELETE FROM agent_files
+                    WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
+                      AND (%(v)s::bigint IS NULL OR version = %(v)s::bigint)
+                RETURNING version""",
+                {**self._ns(), "p": path, "v": if_version},
+            ).fetchone()
+            if row is None:
+                actual = self._version(conn, path)
+                if actual is None:
+                    raise FileNotFound(path)
+                assert if_version is not None
+                raise VersionConflict(path, if_version, actual)
+
+    def ls(self, path: str = "/") -> list[Entry]:
+        """The direct children of a directory: files with size and version, then subfolders."""
+        directory = clean_dir(path)
+        with self.db.tenant(self.tenant_id) as conn:
+            rows = conn.execute(
+                """SELECT split_part(substr(path, %(n)s), '/', 1) AS child,
+                          bool_or(strpos(substr(path, %(n)s), '/') > 0) AS is_dir,
+                          max(size), max(version)
+                     FROM agent_files
+                    WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path LIKE %(like)s
+                    GROUP BY child ORDER BY child""",
+                {**self._ns(), "n": len(directory) + 1, "like": like_escape(directory) + "%"},
+            ).fetchall()
+        return [
+            Entry(directory + child + ("/" if is_dir else ""), bool(is_dir),
+                  0 if is_dir else int(size), 0 if is_dir else int(version))
+            for child, is_dir, size, version in rows
+        ]
+
+    def glob(self, pattern: str) -> list[str]:
+        """Paths matching ``pattern`` (``/skills/**/SKILL.md``); one indexed query."""
+        if not pattern.startswith("/"):
+            raise ValueError(f"glob pattern must be absolute, got {pattern!r}")
+        literal = re.split(r"[*?]", pattern, maxsplit=1)[0]
+        prefix = literal[: literal.rfind("/") + 1]
+        with self.db.tenant(self.tenant_id) as conn:
+            rows = conn.execute(
+                """SELECT path FROM agent_files
+                    WHERE tenant_id = %(t)s AND agent_id = %(a)s
+                      AND path LIKE %(like)s AND path ~ %(re)s ORDER BY path""",
+                {**self._ns(), "like": like_escape(prefix) + "%", "re": glob_to_regex(pattern)},
+            ).fetchall()
+        return [r[0] for r in rows]

@@ -1,0 +1,89 @@
+"""Every ``HANGO_*`` variable in one place, with the seed's defaults.
+
+Lists (``HANGO_MEMORY_DEFAULT_SOURCES``, ``HANGO_SKILLS_DEFAULT_SOURCES``) are written
+comma-separated (``/memories/AGENTS.md,/memories/team.md``) or as a JSON list. A bad value is
+refused with an error that names the variable, never silently replaced by a default.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class SettingsError(ValueError):
+    """A HANGO_* variable has a value hango cannot use."""
+
+
+def _split_list(value: object) -> object:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Tenant-level defaults and where hango finds its database and serves its API."""
+
+    model_config = SettingsConfigDict(env_prefix="HANGO_", extra="ignore")
+
+    database_url: str | None = Field(
+        default=None,
+        description="Any PostgreSQL server; unset means the embedded server from the wheel.",
+    )
+    database_name: str = Field(default="hango", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    data_dir: Path | None = Field(
+        default=None, description="Where the embedded server keeps its data (default: ./.hango)."
+    )
+    memory_default_sources: Annotated[list[str], NoDecode] = ["/memories/AGENTS.md"]
+    memory_max_bytes: int = Field(default=65536, ge=1, le=16 * 1024 * 1024)
+    skills_default_sources: Annotated[list[str], NoDecode] = ["/skills/"]
+    skills_max: int = Field(default=100, ge=1, le=100_000)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=1, le=65535)
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1)
+
+    @field_validator("memory_default_sources", "skills_default_sources", mode="before")
+    @classmethod
+    def _lists(cls, value: object) -> object:
+        return _split_list(value)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the environment (plus ``overrides``); raise :class:`SettingsError` naming the variable."""
+    try:
+        settings = Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            problems.append(f"HANGO_{field.upper()}: {err['msg']} (got {err.get('input')!r})")
+        raise SettingsError("; ".join(problems)) from None
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"a HANGO_* list variable is not valid JSON: {exc}") from None
+    # Imported here: path.py has no settings of its own, and this keeps the import graph flat.
+    from hango.fs.path import PREFIX_MEMORIES, PREFIX_SKILLS, validate_source
+
+    for name, prefix, values in (
+        ("HANGO_MEMORY_DEFAULT_SOURCES", PREFIX_MEMORIES, settings.memory_default_sources),
+        ("HANGO_SKILLS_DEFAULT_SOURCES", PREFIX_SKILLS, settings.skills_default_sources),
+    ):
+        for value in values:
+            try:
+                validate_source(value, prefix)
+            except ValueError as exc:
+                raise SettingsError(f"{name}: {exc}") from None
+    return settings
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return load_settings()

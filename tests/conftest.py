@@ -1,0 +1,42 @@
+"""Shared fixtures: one real PostgreSQL (embedded by default) and a fresh tenant per test.
+
+Tests use their own database, ``hango_test``, on the same server a learner's notebooks use, so
+they never touch the course's data. Set ``HANGO_DATABASE_URL`` to run them against any server.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+os.environ.setdefault("HANGO_DATABASE_NAME", "hango_test")
+
+from hango.agents import AgentConfig, create_tenant, save_agent  # noqa: E402
+from hango.db import Database  # noqa: E402
+from hango.fs.backend import PostgresBackend  # noqa: E402
+from hango.settings import get_settings  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def db() -> Iterator[Database]:
+    database = Database(get_settings())
+    with database.admin() as conn:
+        conn.execute("DELETE FROM tenants")  # a clean slate; cascades to agents, files, tokens
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def tenant(db: Database) -> str:
+    """A new tenant id for this test."""
+    return create_tenant(db, "t-" + uuid.uuid4().hex[:12])
+
+
+@pytest.fixture
+def backend(db: Database, tenant: str) -> PostgresBackend:
+    """An agent ``a1`` with the default config in a fresh tenant, and its filesystem."""
+    save_agent(db, tenant, "a1", AgentConfig())
+    return PostgresBackend(db, tenant, "a1")
