@@ -14,7 +14,7 @@ import secrets
 from dataclasses import dataclass
 
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from hango.db import Database
 from hango.fs.path import PREFIX_MEMORIES, PREFIX_SKILLS, PathError, validate_source
@@ -40,6 +40,13 @@ class AgentConfig(BaseModel):
     subagents: list[str] = Field(default_factory=list, description="Agents the task tool may run.")
     model: str = "hango-sim-1"
     max_steps: int = Field(default=12, ge=1, le=200)
+
+    @field_validator("system_prompt", "model")
+    @classmethod
+    def _storable(cls, value: str, info: ValidationInfo) -> str:
+        if "\x00" in value:  # jsonb cannot hold U+0000
+            raise ValueError(f"{info.field_name} contains U+0000 (NUL), which cannot be stored")
+        return value
 
     @field_validator("tools")
     @classmethod

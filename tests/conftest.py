@@ -40,3 +40,22 @@ def backend(db: Database, tenant: str) -> PostgresBackend:
     """An agent ``a1`` with the default config in a fresh tenant, and its filesystem."""
     save_agent(db, tenant, "a1", AgentConfig())
     return PostgresBackend(db, tenant, "a1")
+
+
+@pytest.fixture
+def telemetry_pair():  # type: ignore[no-untyped-def]
+    """A Telemetry on private SDK providers with in-memory exporter and reader (never global)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from hango.telemetry import Telemetry
+
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    return Telemetry(tracer_provider, meter_provider), exporter, reader

@@ -29,6 +29,7 @@ from hango.models.base import Block, Request, Response, ToolCall, ToolResult, To
 if TYPE_CHECKING:
     from hango.agents import AgentConfig
     from hango.fs.backend import Backend
+    from hango.telemetry import Telemetry
 
 T = TypeVar("T")
 log = logging.getLogger("hango")
@@ -63,6 +64,11 @@ class RunContext:
     backend: Backend
     run_id: str
     allowlist: frozenset[str]
+    telemetry: Telemetry
+    memory_bytes: int = 0  # published by MemoryMiddleware for the chat span and the log line
+    memory_sources: list[str] = field(default_factory=list)  # the sources that were found
+    skills_count: int = 0  # published by SkillsMiddleware
+    skills_invalid: int = 0
     warnings: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     _private: dict[StateKey[Any], Any] = field(default_factory=dict, repr=False)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hango.db import Database
-from hango.fs.path import clean, clean_dir
+from hango.fs.path import PathError, clean, clean_dir
 
 
 class FileNotFound(LookupError):
@@ -297,8 +297,12 @@ class PostgresBackend:
 
     def glob(self, pattern: str) -> list[str]:
         """Paths matching ``pattern`` (``/skills/**/SKILL.md``); one indexed query."""
-        if not pattern.startswith("/"):
+        if not isinstance(pattern, str) or not pattern.startswith("/"):
             raise ValueError(f"glob pattern must be absolute, got {pattern!r}")
+        try:  # with its wildcards set aside, a pattern obeys the path rules (no NUL, no '..')
+            clean(re.sub(r"[*?]", "x", pattern))
+        except PathError as exc:
+            raise PathError(pattern, exc.rule) from None
         literal = re.split(r"[*?]", pattern, maxsplit=1)[0]
         prefix = literal[: literal.rfind("/") + 1]
         with self.db.tenant(self.tenant_id) as conn:

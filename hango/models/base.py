@@ -93,6 +93,9 @@ class Usage:
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
     output_tokens: int = 0
+    # The part of ``cache_creation_input_tokens`` written with the 1-hour TTL (the provider's
+    # ``usage.cache_creation.ephemeral_1h_input_tokens``); it is billed at 2x instead of 1.25x.
+    cache_creation_1h_input_tokens: int = 0
 
     @property
     def total_input_tokens(self) -> int:
@@ -111,7 +114,8 @@ class CacheDiagnostics:
 
     ``miss_reason`` is ``None`` on a full hit, else one of ``model_changed``, ``tools_changed``,
     ``system_changed``, ``messages_changed``, ``previous_message_not_found`` (first call),
-    ``expired`` or ``below_minimum``.
+    ``expired``, ``below_minimum``, ``outside_lookback`` (the prefix is unchanged and its entry is
+    alive, but more than 20 positions before every breakpoint) or the provider's ``unavailable``.
     """
 
     miss_reason: str | None

@@ -1,0 +1,35 @@
+# Two commands: `make lab` (the course) and `make test` (everything CI runs).
+# Each creates or reuses .venv and installs what it needs.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: lab test lint install serve bench clean-data
+
+$(BIN)/.hango-installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.hango-installed
+
+lab: install
+	$(BIN)/jupyter lab notebooks/
+
+lint: install
+	$(BIN)/ruff check hango tests bench
+	$(BIN)/mypy --strict hango
+
+test: lint
+	$(BIN)/pytest -q --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg tests notebooks
+
+serve: install
+	$(BIN)/hango serve
+
+bench: install
+	for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean-data:
+	$(BIN)/hango db stop || true
+	rm -rf .hango

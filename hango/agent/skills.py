@@ -1,0 +1,168 @@
+"""SkillsMiddleware: progressive disclosure of ``SKILL.md`` files.
+
+``before_run`` finds every ``SKILL.md`` under the configured sources (default ``/skills/``), at
+any depth, in ONE indexed query that returns only the head of each file (never a body), parses
+the frontmatter, and builds an index. ``system_blocks`` puts only ``name — description (path)``
+lines in the prompt; the model reads a skill's instructions with ``read_file`` when it needs them.
+
+The rules, each with a warning the caller can read in ``RunResult.warnings``:
+
+- a later source overrides an earlier one's skill of the same name (last source wins);
+- an invalid file is skipped (``agent.skill_invalid``); one bad skill never fails a run;
+- at most ``HANGO_SKILLS_MAX`` skills, by name; the ones left out are named;
+- ``allowed_tools`` only narrows: a skill's effective tools are ``allowed_tools ∩ allowlist``,
+  and the rest are dropped (``agent.skill_tools_narrowed``). A skill file is content an agent
+  or a user can write, so it must never be able to grant a tool.
+
+While a skill is in use: once the agent has read a skill's ``SKILL.md`` in a run, and that skill
+declares ``allowed_tools``, calls outside its effective set are refused until the run ends. Read
+a second such skill and the two sets intersect: in a run, the callable set only ever shrinks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hango.agent.frontmatter import HEAD_BYTES, FrontmatterError, parse
+from hango.agent.hooks import RunContext, StateKey, ToolCallNext
+from hango.models.base import Block, ToolCall, ToolResult
+from hango.settings import Settings, get_settings
+from hango.telemetry import (
+    ATTR_SKILLS_COUNT,
+    ATTR_SKILLS_INVALID,
+    EVENT_SKILL_INVALID,
+    EVENT_SKILL_TOOLS_NARROWED,
+    SPAN_SKILLS_INDEX,
+)
+
+INDEX_HEADER = "## Skills"
+INDEX_FOOTER = ("To use a skill, call read_file on its path for the full instructions "
+                "before you follow it.")
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class Skill:
+    name: str
+    description: str
+    path: str
+    allowed_tools: tuple[str, ...] | None  # as declared; None when the key is absent
+    effective_tools: tuple[str, ...] | None  # allowed_tools ∩ the agent's allowlist
+
+
+@dataclass
+class SkillsState:
+    skills: list[Skill] = field(default_factory=list)
+    active: frozenset[str] | None = None  # the callable set once a narrowing skill is in use
+    in_use: list[str] = field(default_factory=list)
+
+
+def one_line(text: str) -> str:
+    """Keep untrusted text on its index line: whitespace folded, markup characters escaped."""
+    text = "".join(ch if ch.isprintable() else " " for ch in text)
+    text = _SPACE.sub(" ", text).strip()
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render_index(skills: Sequence[Skill]) -> str:
+    lines = [f"- {one_line(s.name)} — {one_line(s.description)} ({one_line(s.path)})"
+             for s in skills]
+    return "\n".join([INDEX_HEADER, *lines, INDEX_FOOTER])
+
+
+class SkillsMiddleware:
+    """RunHook + PromptContributor + ToolWrapper (the narrowing guard)."""
+
+    name = "skills"
+
+    def __init__(self, sources: Sequence[str] | None = None, max_skills: int | None = None,
+                 settings: Settings | None = None) -> None:
+        self.sources = list(sources) if sources is not None else None
+        self._settings = settings
+        self.max_skills = max_skills if max_skills is not None else self.settings.skills_max
+        self.key: StateKey[SkillsState] = StateKey("skills", SkillsState)
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings or get_settings()
+
+    def before_run(self, ctx: RunContext) -> None:
+        sources = self.sources if self.sources is not None else ctx.config.skills_sources(
+            self.settings)
+        state = ctx.state(self.key)
+        with ctx.telemetry.span(SPAN_SKILLS_INDEX) as span:
+            heads = ctx.backend.heads(sources, "SKILL.md", HEAD_BYTES)
+            by_name: dict[str, Skill] = {}
+            parsed: dict[str, Skill | None] = {}
+            for source in sources:  # in order: a later source overrides an earlier one
+                for head in heads:
+                    if not head.path.startswith(source):
+                        continue
+                    if head.path not in parsed:
+                        parsed[head.path] = self._parse(ctx, head.path, head.content)
+                    skill = parsed[head.path]
+                    if skill is None:
+                        continue
+                    earlier = by_name.get(skill.name)
+                    if earlier is not None and earlier.path != skill.path:
+                        ctx.warn(f"skill {skill.name!r}: {skill.path} overrides {earlier.path}")
+                    by_name[skill.name] = skill
+            ordered = sorted(by_name.values(), key=lambda s: s.name)
+            if len(ordered) > self.max_skills:
+                dropped = [s.name for s in ordered[self.max_skills:]]
+                ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_MAX={self.max_skills} "
+                         f"left out: {', '.join(dropped)}")
+                ordered = ordered[: self.max_skills]
+            for skill in ordered:
+                self._narrow(ctx, skill)
+            state.skills = ordered
+            ctx.skills_count = len(ordered)
+            span.set_attribute(ATTR_SKILLS_COUNT, ctx.skills_count)
+            span.set_attribute(ATTR_SKILLS_INVALID, ctx.skills_invalid)
+        ctx.telemetry.record_skills(ctx.skills_count, ctx.skills_invalid)
+
+    def _parse(self, ctx: RunContext, path: str, head: str) -> Skill | None:
+        try:
+            fm = parse(head)
+        except FrontmatterError as exc:
+            ctx.skills_invalid += 1
+            ctx.warn(f"skill {path} skipped: {exc}", event=EVENT_SKILL_INVALID,
+                     path=path, reason=str(exc))
+            return None
+        for warning in fm.warnings:
+            ctx.warn(f"skill {path}: {warning}")
+        effective = None
+        if fm.allowed_tools is not None:
+            effective = tuple(t for t in fm.allowed_tools if t in ctx.allowlist)
+        return Skill(fm.name, fm.description, path, fm.allowed_tools, effective)
+
+    def _narrow(self, ctx: RunContext, skill: Skill) -> None:
+        if skill.allowed_tools is None or skill.effective_tools is None:
+            return
+        dropped = [t for t in skill.allowed_tools if t not in skill.effective_tools]
+        if dropped:
+            ctx.warn(f"skill {skill.name!r} ({skill.path}): allowed_tools {dropped} are not in "
+                     "the agent's allowlist and were dropped (a skill can only narrow)",
+                     event=EVENT_SKILL_TOOLS_NARROWED, skill=skill.name, dropped=dropped)
+
+    def system_blocks(self, ctx: RunContext) -> Sequence[Block]:
+        skills = ctx.state(self.key).skills
+        return [Block(render_index(skills), "skills")] if skills else []
+
+    def wrap_tool_call(self, ctx: RunContext, call: ToolCall, call_next: ToolCallNext) -> ToolResult:
+        state = ctx.state(self.key)
+        if state.active is not None and call.name not in state.active:
+            return ToolResult(call.id, f"refused: tool {call.name!r} is outside the tools of the "
+                              f"skill(s) in use ({', '.join(state.in_use)}): "
+                              f"{sorted(state.active)}", is_error=True)
+        result = call_next(call)
+        if call.name == "read_file" and not result.is_error:
+            path = call.arguments.get("path")
+            for skill in state.skills:
+                if skill.path == path and skill.effective_tools is not None:
+                    allowed = frozenset(skill.effective_tools)
+                    state.active = allowed if state.active is None else state.active & allowed
+                    state.in_use.append(skill.name)
+        return result

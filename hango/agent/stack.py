@@ -1,0 +1,124 @@
+"""The middleware stack: chain order decides where every system block lands.
+
+System blocks are assembled at model-call time, in chain order, after the agent's base prompt.
+The ``PromptCache`` middleware marks the breakpoint on the last block contributed before it, so
+the slot a middleware sits in decides whether its blocks are cached:
+
+``DefaultStack`` pins the slots in this order (a test asserts it, and asserts the *index* of
+memory's blocks against the breakpoint index, not this list)::
+
+    skills        first: its index and its tool guard apply to everything after it
+    filesystem    read_file, write_file, edit_file, ls, glob
+    subagents     the task tool
+    prompt_cache  the breakpoint goes on the last block above this line
+    memory        after the breakpoint: editing memory must not invalidate the cached prefix
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hango.agent.hooks import (
+    BreakpointMarker,
+    ModelCall,
+    ModelWrapper,
+    PromptContributor,
+    RunContext,
+    RunHook,
+    Tool,
+    ToolCallNext,
+    ToolProvider,
+    ToolWrapper,
+)
+from hango.models.base import Block, Breakpoint, Message, Request, ToolCall, ToolResult
+
+SLOTS = ("skills", "filesystem", "subagents", "prompt_cache", "memory")
+
+
+class Stack:
+    """An ordered chain of middlewares. Any order is allowed here; ``DefaultStack`` pins one."""
+
+    def __init__(self, middlewares: Sequence[Any]) -> None:
+        self.middlewares = list(middlewares)
+
+    @property
+    def names(self) -> list[str]:
+        return [getattr(m, "name", type(m).__name__) for m in self.middlewares]
+
+    def before_run(self, ctx: RunContext) -> None:
+        for mw in self.middlewares:
+            if isinstance(mw, RunHook):
+                mw.before_run(ctx)
+
+    def tools(self, ctx: RunContext) -> dict[str, Tool]:
+        """Every provided tool, by name, in a stable order (tool order is part of the cache key)."""
+        found: dict[str, Tool] = {}
+        for mw in self.middlewares:
+            if isinstance(mw, ToolProvider):
+                for tool in mw.tools(ctx):
+                    found.setdefault(tool.spec.name, tool)
+        return dict(sorted(found.items()))
+
+    def build_request(
+        self, ctx: RunContext, messages: Sequence[Message], tools: dict[str, Tool],
+        model: str, max_tokens: int = 1024,
+    ) -> Request:
+        """Assemble the system blocks in chain order and record the breakpoint's index."""
+        blocks: list[Block] = [Block(ctx.config.system_prompt, "system_prompt")]
+        breakpoints: list[Breakpoint] = []
+        for mw in self.middlewares:
+            if isinstance(mw, BreakpointMarker) and mw.marks_breakpoint:
+                breakpoints = [Breakpoint("system", len(blocks) - 1)]
+            if isinstance(mw, PromptContributor):
+                blocks.extend(b for b in mw.system_blocks(ctx) if b.text)
+        specs = tuple(t.spec for name, t in tools.items() if name in ctx.allowlist)
+        return Request(model=model, tools=specs, system=tuple(blocks),
+                       messages=tuple(messages), breakpoints=tuple(breakpoints),
+                       max_tokens=max_tokens)
+
+    def call_model(self, ctx: RunContext, request: Request, innermost: ModelCall) -> Any:
+        """Call the model through every ``wrap_model_call``, first middleware outermost."""
+        call = innermost
+        for mw in reversed(self.middlewares):
+            if isinstance(mw, ModelWrapper):
+                call = _bind_model(mw, ctx, call)
+        return call(request)
+
+    def call_tool(self, ctx: RunContext, tool_call: ToolCall, innermost: ToolCallNext) -> ToolResult:
+        """Run a tool call through every ``wrap_tool_call``, first middleware outermost."""
+        call = innermost
+        for mw in reversed(self.middlewares):
+            if isinstance(mw, ToolWrapper):
+                call = _bind_tool(mw, ctx, call)
+        return call(tool_call)
+
+
+def _bind_model(mw: ModelWrapper, ctx: RunContext, call_next: ModelCall) -> ModelCall:
+    return lambda request: mw.wrap_model_call(ctx, request, call_next)
+
+
+def _bind_tool(mw: ToolWrapper, ctx: RunContext, call_next: ToolCallNext) -> ToolCallNext:
+    return lambda call: mw.wrap_tool_call(ctx, call, call_next)
+
+
+class DefaultStack(Stack):
+    """The pinned order of :data:`SLOTS`. Empty slots are skipped; order never changes."""
+
+    def __init__(self, **slots: Any) -> None:
+        unknown = set(slots) - set(SLOTS)
+        if unknown:
+            raise ValueError(f"unknown slot(s) {sorted(unknown)}; the slots are {list(SLOTS)}")
+        self.slots = {name: slots.get(name) for name in SLOTS}
+        super().__init__([mw for mw in self.slots.values() if mw is not None])
+
+    def without(self, *names: str) -> Stack:
+        """The same chain minus some slots (the phase-10 stack is ``without("skills", "memory")``)."""
+        return Stack([mw for slot, mw in self.slots.items() if mw is not None and slot not in names])
+
+    def reordered(self, order: Sequence[str]) -> Stack:
+        """A deliberately different order, for showing what the pinned one protects."""
+        return Stack([self.slots[s] for s in order if self.slots.get(s) is not None])
+
+
+StackFactory = Callable[[], Stack]

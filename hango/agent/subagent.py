@@ -1,0 +1,48 @@
+"""Subagents: the ``task`` tool runs another agent and returns only its final answer.
+
+The child is built from *its own* config (its allowlist, its memory and skills sources), works
+in its own namespace ``{tenant_id, child_id}``, and starts with a new run context, so its
+private state (memory blocks, skills index) is empty. Nothing flows back but the answer text:
+not its prompt, not its memory, not its skills metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from hango.agent.hooks import RunContext, Tool
+from hango.models.base import ToolSpec
+
+if TYPE_CHECKING:
+    from hango.agent.runtime import Agent
+
+TASK_SPEC = ToolSpec(
+    "task",
+    "Hand a self-contained task to one of your subagents; you get back only its final answer.",
+    {"type": "object",
+     "properties": {"agent": {"type": "string"}, "description": {"type": "string"}},
+     "required": ["agent", "description"]},
+)
+
+
+class SubagentMiddleware:
+    """Provides the ``task`` tool for the subagents named in the agent's config."""
+
+    name = "subagents"
+
+    def __init__(self, parent: Agent) -> None:
+        self.parent = parent
+
+    def tools(self, ctx: RunContext) -> Sequence[Tool]:
+        return (Tool(TASK_SPEC, self._task),) if ctx.config.subagents else ()
+
+    def _task(self, ctx: RunContext, args: dict[str, Any]) -> str:
+        child_id, description = args.get("agent"), args.get("description")
+        if not isinstance(child_id, str) or not isinstance(description, str):
+            raise ValueError("task needs string arguments 'agent' and 'description'")
+        if child_id not in ctx.config.subagents:
+            raise ValueError(f"{child_id!r} is not one of this agent's subagents "
+                             f"({', '.join(ctx.config.subagents)})")
+        result = self.parent.child(child_id).run(description)
+        return result.text

@@ -1,0 +1,88 @@
+"""The agent's filesystem tools: read_file, write_file, edit_file, ls, glob.
+
+They work in the run's namespace ``{tenant_id, agent_id}``. There is no memory tool: the agent
+edits memory the way it edits any file, and writes under ``/memories/`` and ``/skills/`` are
+refused by :func:`hango.fs.path.check_write`, the same rule the files API calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hango.agent.hooks import RunContext, Tool
+from hango.fs.path import check_write
+from hango.models.base import ToolSpec
+
+READ_LIMIT = 256 * 1024  # bytes a single read_file returns; the rest is announced, not sent
+
+
+def _str(args: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = args.get(key, default)
+    if not isinstance(value, str):
+        raise ValueError(f"argument {key!r} must be a string")
+    return value
+
+
+def read_file(ctx: RunContext, args: dict[str, Any]) -> str:
+    path = _str(args, "path")
+    data = ctx.backend.read(path, limit=READ_LIMIT)
+    if data.truncated:
+        return data.content + f"\n[... truncated: {data.size} bytes in all, {READ_LIMIT} shown]"
+    return data.content
+
+
+def write_file(ctx: RunContext, args: dict[str, Any]) -> str:
+    path = check_write(_str(args, "path"), role=None)
+    version = ctx.backend.write(path, _str(args, "content"))
+    return f"wrote {path} (version {version})"
+
+
+def edit_file(ctx: RunContext, args: dict[str, Any]) -> str:
+    path = check_write(_str(args, "path"), role=None)
+    replace_all = args.get("replace_all", False)
+    if not isinstance(replace_all, bool):
+        raise ValueError("argument 'replace_all' must be true or false")
+    version = ctx.backend.edit(path, _str(args, "old_string"), _str(args, "new_string"),
+                               replace_all=replace_all)
+    return f"edited {path} (version {version})"
+
+
+def ls(ctx: RunContext, args: dict[str, Any]) -> str:
+    entries = ctx.backend.ls(_str(args, "path", "/"))
+    return "\n".join(e.path if e.is_dir else f"{e.path} ({e.size} bytes)" for e in entries) or "(empty)"
+
+
+def glob(ctx: RunContext, args: dict[str, Any]) -> str:
+    return "\n".join(ctx.backend.glob(_str(args, "pattern"))) or "(no match)"
+
+
+def _spec(name: str, description: str, **props: str) -> ToolSpec:
+    required = [k for k in props if not k.endswith("_opt")]
+    properties: dict[str, Any] = {}
+    for key, kind in props.items():
+        properties[key.removesuffix("_opt")] = {"type": kind}
+    return ToolSpec(name, description, {"type": "object", "properties": properties,
+                                        "required": required})
+
+
+FILESYSTEM_TOOLS: tuple[Tool, ...] = (
+    Tool(_spec("read_file", "Read a file of your filesystem by absolute path.", path="string"),
+         read_file),
+    Tool(_spec("write_file", "Create or replace a file. /memories/ and /skills/ are read-only "
+               "for the agent.", path="string", content="string"), write_file),
+    Tool(_spec("edit_file", "Replace an exact, unique piece of text in a file.", path="string",
+               old_string="string", new_string="string", replace_all_opt="boolean"), edit_file),
+    Tool(_spec("ls", "List a directory.", path_opt="string"), ls),
+    Tool(_spec("glob", "Find files by pattern, e.g. /skills/**/SKILL.md.", pattern="string"),
+         glob),
+)
+
+
+class FilesystemMiddleware:
+    """Provides the filesystem tools (the allowlist still decides which may be called)."""
+
+    name = "filesystem"
+
+    def tools(self, ctx: RunContext) -> Sequence[Tool]:
+        return FILESYSTEM_TOOLS

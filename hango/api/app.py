@@ -1,0 +1,567 @@
+"""The files API: an agent's files and config over HTTP, for owners, admins and members.
+
+This is the second door to the one filesystem (the agent's tools are the first). Both call
+:func:`hango.fs.path.check_write`, so only an ``owner`` or ``admin`` writes under ``/memories/``
+and ``/skills/``; a ``member`` reads everything in its tenant and writes elsewhere.
+
+The contract, in the order a request is checked:
+
+- ``Authorization: Bearer <token>`` (``hango token create``) names a tenant and a role; none or an
+  unknown token is ``401``.
+- A file path is the URL path after ``/files`` and is *rejected, never resolved*: ``..``, ``.``,
+  ``//``, an encoded slash ``%2F``, control or invisible characters are ``422`` naming the rule.
+- Another tenant's agent, or an agent that does not exist, is ``404`` (never ``403``: a caller
+  learns nothing about other tenants).
+- A write under a reserved prefix by a member is ``403`` naming the rule.
+- A body over ``HANGO_MAX_BODY_BYTES`` is ``413``, refused from ``Content-Length`` before it is
+  read, and counted while it is read; a file body that is not UTF-8 is ``422``.
+- File contents travel as ``text/plain; charset=utf-8``. The version is the ``ETag`` (``"3"``).
+  ``If-Match: "3"`` writes, edits or deletes only at version 3, else ``412`` and nothing is
+  written; ``If-None-Match: *`` (or ``If-Match: "0"``) creates only.
+- The database being unreachable is ``503``. Every error body is ``{"detail": "..."}``.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+from urllib.parse import unquote_to_bytes
+
+import psycopg
+import uvicorn
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi import Path as UrlPath
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hango.agents import (
+    ID_PATTERN,
+    AgentConfig,
+    Principal,
+    list_agents,
+    load_agent,
+    principal_for,
+    save_agent,
+)
+from hango.db import Database, DatabaseError, get_database
+from hango.fs.backend import EditError, FileNotFound, NotText, PostgresBackend, VersionConflict
+from hango.fs.path import PathError, ReservedPathError, check_write, clean
+from hango.settings import Settings, get_settings
+
+TEXT = "text/plain; charset=utf-8"
+
+
+# --- wire models -------------------------------------------------------------------------------
+
+
+class ErrorBody(BaseModel):
+    detail: str = Field(description="What was wrong, naming the input or the rule.")
+
+
+class FileVersion(BaseModel):
+    path: str
+    version: int = Field(description="The file's version after the write (also the ETag).")
+
+
+class EntryOut(BaseModel):
+    path: str = Field(description="Absolute; a directory ends with /.")
+    is_dir: bool
+    size: int = Field(description="Bytes (0 for a directory).")
+    version: int = Field(description="0 for a directory.")
+
+
+class Listing(BaseModel):
+    entries: list[EntryOut]
+
+
+class AgentList(BaseModel):
+    agents: list[str]
+
+
+class EditBody(BaseModel):
+    """Replace the exact text ``old`` (which must occur once, unless ``replace_all``) by ``new``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    old: str = Field(min_length=1, description="Exact text to replace; must be non-empty.")
+    new: str = Field(description="Replacement text (may be empty).")
+    replace_all: bool = Field(default=False, description="Replace every occurrence.")
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+_DESCRIPTIONS = {
+    401: "No bearer token, or a token hango does not know.",
+    403: "The caller's role may not do this (the message names the rule).",
+    404: "No such file, or no such agent in the caller's tenant.",
+    409: "The edit's old text is missing or ambiguous (nothing was written), or the file is "
+         "not UTF-8 text.",
+    412: "If-Match named a version the file is not at; nothing was written.",
+    413: "The request body is larger than HANGO_MAX_BODY_BYTES; nothing was written.",
+    422: "Invalid input (path, agent id, header or body); the message names it.",
+    503: "The database is unavailable.",
+}
+_ETAG = {"ETag": {"description": 'The file\'s version, quoted: "3".', "schema": {"type": "string"}}}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorBody, "description": _DESCRIPTIONS[code]}
+            for code in (401, 422, 503, *codes)}
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body is larger than {limit} bytes (HANGO_MAX_BODY_BYTES)")
+
+
+class BodyLimit:
+    """Refuse a body over ``max_bytes``: up front from Content-Length, and while it is read.
+
+    A chunked body has no Content-Length, so the bytes are also counted as they arrive; the app
+    never holds more than ``max_bytes`` plus one chunk in memory.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            error = BodyTooLarge(self.max_bytes)
+            response = JSONResponse({"detail": error.detail}, 413, headers={"Connection": "close"})
+            await response(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise BodyTooLarge(self.max_bytes)
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    where = {"path": "URL", "query": "query", "header": "header", "body": "body"}
+    parts = []
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ())]
+        kind = where.get(loc[0], loc[0]) if loc else "request"
+        name = ".".join(loc[1:]) or kind
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        ctx = err.get("ctx") or {}
+        if err.get("type") == "json_invalid" and "error" in ctx:
+            msg = f"{msg}: {ctx['error']}"
+        parts.append(f"{name} ({kind}): {msg}")
+    return "; ".join(parts) or "invalid request"
+
+
+# --- request context ---------------------------------------------------------------------------
+
+
+def _db(request: Request) -> Database:
+    db: Database | None = request.app.state.hango_db
+    if db is None:
+        try:
+            db = get_database()
+        except (psycopg.OperationalError, DatabaseError) as exc:
+            raise DatabaseError(f"database unavailable: {exc}") from exc
+        request.app.state.hango_db = db
+    return db
+
+
+_bearer = HTTPBearer(
+    auto_error=False, description="A token from `hango token create TENANT --role ROLE`."
+)
+
+
+def _principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    if credentials is None:
+        given = request.headers.get("authorization")
+        why = ("missing Authorization header" if given is None
+               else "the Authorization header is not 'Bearer <token>'")
+        raise HTTPException(401, f"{why}: send Authorization: Bearer <token>",
+                            headers={"WWW-Authenticate": 'Bearer realm="hango"'})
+    principal = principal_for(_db(request), credentials.credentials)
+    if principal is None:
+        raise HTTPException(401, "unknown bearer token", headers={
+            "WWW-Authenticate": 'Bearer realm="hango", error="invalid_token"'})
+    return principal
+
+
+@dataclass(frozen=True)
+class _Agent:
+    """One agent in the caller's tenant (not yet known to exist: see :meth:`missing`)."""
+
+    db: Database
+    principal: Principal
+    agent_id: str
+
+    @property
+    def backend(self) -> PostgresBackend:
+        return PostgresBackend(self.db, self.principal.tenant_id, self.agent_id)
+
+    def exists(self) -> bool:
+        with self.db.tenant(self.principal.tenant_id) as conn:
+            row = conn.execute("SELECT 1 FROM agents WHERE tenant_id = %s AND agent_id = %s",
+                               [self.principal.tenant_id, self.agent_id]).fetchone()
+        return row is not None
+
+    def no_agent(self) -> HTTPException:
+        return HTTPException(404, f"no agent {self.agent_id!r} in this tenant")
+
+    def missing(self, message: str) -> HTTPException:
+        """A 404; which one is only looked up when something was not found (the hot path of a
+        successful request never pays for an existence check)."""
+        return HTTPException(404, message) if self.exists() else self.no_agent()
+
+    def refuse(self, exc: ReservedPathError) -> HTTPException:
+        """A member writing a reserved path: 403, unless the agent is not theirs to see (404)."""
+        return HTTPException(403, str(exc)) if self.exists() else self.no_agent()
+
+
+AgentId = Annotated[str, UrlPath(pattern=ID_PATTERN, description="The agent's id.")]
+
+
+def _agent(
+    request: Request, agent_id: AgentId, principal: Annotated[Principal, Depends(_principal)]
+) -> _Agent:
+    return _Agent(_db(request), principal, agent_id)
+
+
+def _file_path(request: Request, path: str) -> str:
+    """The file path from the URL: checked, never resolved."""
+    raw: bytes = request.scope.get("raw_path") or b""
+    if b"%2f" in raw.lower():
+        raise HTTPException(422, "invalid path: an encoded slash (%2F) is not allowed; "
+                                 "separate segments with a plain /")
+    try:
+        unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        raise HTTPException(422, "invalid path: its percent-escapes are not UTF-8") from None
+    try:
+        return clean("/" + path)
+    except PathError as exc:
+        raise HTTPException(422, str(exc)) from None
+
+
+_VERSION_TAG = re.compile(r'\s*"(\d{1,18})"\s*')
+
+
+def _if_match(
+    if_match: Annotated[str | None, Header(
+        description='Write only at this version: "3". "0" means create only.')] = None,
+) -> int | None:
+    if if_match is None:
+        return None
+    found = _VERSION_TAG.fullmatch(if_match)
+    if found is None:
+        raise HTTPException(422, f'If-Match must be one quoted version such as "3" '
+                                 f"(got {if_match!r})")
+    return int(found[1])
+
+
+def _put_precondition(
+    if_match: Annotated[int | None, Depends(_if_match)],
+    if_none_match: Annotated[str | None, Header(
+        description="`*`: create only, refuse (412) if the file exists.")] = None,
+) -> int | None:
+    if if_none_match is None:
+        return if_match
+    if if_none_match.strip() != "*":
+        raise HTTPException(422, f"If-None-Match supports only * (create only), "
+                                 f"got {if_none_match!r}")
+    if if_match is not None:
+        raise HTTPException(422, "send If-Match or If-None-Match, not both")
+    return 0
+
+
+def _tag(version: int) -> dict[str, str]:
+    return {"ETag": f'"{version}"'}
+
+
+def _conflict(agent: _Agent, exc: VersionConflict) -> HTTPException:
+    if exc.actual is None and not agent.exists():
+        return agent.no_agent()
+    headers = {} if exc.actual is None else _tag(exc.actual)
+    if exc.expected == 0 and exc.actual is not None:
+        return HTTPException(412, f"{exc.path} already exists (version {exc.actual}) and the "
+                                  "write was create-only; nothing was written", headers=headers)
+    return HTTPException(412, str(exc), headers=headers)
+
+
+# --- routes ------------------------------------------------------------------------------------
+
+router = APIRouter(prefix="/v1")
+FILE_ROUTE = "/agents/{agent_id}/files/{path:path}"
+
+
+@router.get(
+    FILE_ROUTE,
+    summary="Read a file",
+    response_class=Response,  # no media type of its own: errors are JSON, the 200 is text
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "headers": _ETAG,
+                     "description": "The file's contents; the ETag is its version."},
+               **_errors(404, 409)},
+)
+def read_file(
+    agent: Annotated[_Agent, Depends(_agent)], path: Annotated[str, Depends(_file_path)]
+) -> PlainTextResponse:
+    try:
+        data = agent.backend.read(path)
+    except FileNotFound as exc:
+        raise agent.missing(str(exc)) from None
+    except NotText as exc:
+        raise HTTPException(409, f"{path}: {exc}") from None
+    return PlainTextResponse(data.content, media_type=TEXT, headers=_tag(data.version))
+
+
+async def _read_text(request: Request) -> str:
+    chunks = [chunk async for chunk in request.stream()]  # BodyLimit counts as they arrive
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HTTPException(422, f"the body is not UTF-8 text (byte {exc.start} is invalid); "
+                                 "file contents are UTF-8") from None
+
+
+@router.put(
+    FILE_ROUTE,
+    summary="Create or replace a file",
+    response_model=FileVersion,
+    openapi_extra={"requestBody": {"required": True, "content": {
+        "text/plain": {"schema": {"type": "string"}}}}},
+    responses={200: {"description": "Replaced.", "headers": _ETAG},
+               201: {"model": FileVersion, "description": "Created.", "headers": _ETAG},
+               **_errors(403, 404, 412, 413)},
+)
+async def write_file(
+    request: Request,
+    response: Response,
+    agent: Annotated[_Agent, Depends(_agent)],
+    path: Annotated[str, Depends(_file_path)],
+    if_version: Annotated[int | None, Depends(_put_precondition)],
+) -> FileVersion:
+    await run_in_threadpool(_may_write, agent, path)
+    content = await _read_text(request)
+    version = await run_in_threadpool(_write, agent, path, content, if_version)
+    response.status_code = 201 if version == 1 else 200
+    response.headers.update(_tag(version))
+    return FileVersion(path=path, version=version)
+
+
+def _may_write(agent: _Agent, path: str) -> None:
+    try:
+        check_write(path, agent.principal.role)
+    except ReservedPathError as exc:
+        raise agent.refuse(exc) from None
+
+
+def _write(agent: _Agent, path: str, content: str, if_version: int | None) -> int:
+    try:
+        return agent.backend.write(path, content, if_version=if_version)
+    except VersionConflict as exc:
+        raise _conflict(agent, exc) from None
+    except psycopg.errors.ForeignKeyViolation:
+        raise agent.no_agent() from None
+
+
+@router.patch(
+    FILE_ROUTE,
+    summary="Edit a file: replace exact text",
+    response_model=FileVersion,
+    responses={200: {"description": "Edited.", "headers": _ETAG},
+               **_errors(403, 404, 409, 412, 413)},
+)
+def edit_file(
+    response: Response,
+    agent: Annotated[_Agent, Depends(_agent)],
+    path: Annotated[str, Depends(_file_path)],
+    edit: EditBody,
+    if_version: Annotated[int | None, Depends(_if_match)],
+) -> FileVersion:
+    _may_write(agent, path)
+    try:
+        version = agent.backend.edit(path, edit.old, edit.new, replace_all=edit.replace_all,
+                                     if_version=if_version)
+    except FileNotFound as exc:
+        raise agent.missing(str(exc)) from None
+    except (EditError, NotText) as exc:
+        raise HTTPException(409, str(exc)) from None
+    except VersionConflict as exc:
+        raise _conflict(agent, exc) from None
+    response.headers.update(_tag(version))
+    return FileVersion(path=path, version=version)
+
+
+@router.delete(
+    FILE_ROUTE,
+    summary="Delete a file",
+    status_code=204,
+    response_class=Response,
+    responses={204: {"description": "Deleted."}, **_errors(403, 404, 412)},
+)
+def delete_file(
+    agent: Annotated[_Agent, Depends(_agent)],
+    path: Annotated[str, Depends(_file_path)],
+    if_version: Annotated[int | None, Depends(_if_match)],
+) -> Response:
+    _may_write(agent, path)
+    try:
+        agent.backend.delete(path, if_version=if_version)
+    except FileNotFound as exc:
+        raise agent.missing(str(exc)) from None
+    except VersionConflict as exc:
+        raise _conflict(agent, exc) from None
+    return Response(status_code=204)
+
+
+@router.get(
+    "/agents/{agent_id}/files",
+    summary="List a directory (?dir=) or match a pattern (?glob=)",
+    response_model=Listing,
+    responses=_errors(404),
+)
+def list_files(
+    agent: Annotated[_Agent, Depends(_agent)],
+    dir: Annotated[str | None, Query(description="A directory, default /.")] = None,
+    glob: Annotated[str | None, Query(description="A pattern: * and ? within a segment, "
+                                                   "** across segments.")] = None,
+) -> Listing:
+    if dir is not None and glob is not None:
+        raise HTTPException(422, "give ?dir= or ?glob=, not both")
+    backend = agent.backend
+    try:
+        if glob is not None:
+            found = backend.read_many(backend.glob(glob), 0)
+            entries = [EntryOut(path=f.path, is_dir=False, size=f.size, version=f.version)
+                       for f in found]
+        else:
+            entries = [EntryOut(path=e.path, is_dir=e.is_dir, size=e.size, version=e.version)
+                       for e in backend.ls(dir if dir is not None else "/")]
+    except ValueError as exc:  # PathError, or a pattern that is not absolute
+        raise HTTPException(422, str(exc)) from None
+    if not entries and not agent.exists():
+        raise agent.no_agent()
+    return Listing(entries=entries)
+
+
+@router.get("/agents", summary="The agents of the caller's tenant", response_model=AgentList,
+            responses=_errors())
+def get_agents(
+    request: Request, principal: Annotated[Principal, Depends(_principal)]
+) -> AgentList:
+    return AgentList(agents=list_agents(_db(request), principal.tenant_id))
+
+
+@router.get("/agents/{agent_id}", summary="An agent's config", response_model=AgentConfig,
+            responses=_errors(404))
+def get_agent(agent: Annotated[_Agent, Depends(_agent)]) -> AgentConfig:
+    config = load_agent(agent.db, agent.principal.tenant_id, agent.agent_id)
+    if config is None:
+        raise agent.no_agent()
+    return config
+
+
+@router.put(
+    "/agents/{agent_id}",
+    summary="Create or replace an agent's config (owner or admin)",
+    response_model=AgentConfig,
+    responses={200: {"description": "Replaced."},
+               201: {"model": AgentConfig, "description": "Created."},
+               **_errors(403, 413)},
+)
+def put_agent(
+    response: Response, agent: Annotated[_Agent, Depends(_agent)], config: AgentConfig
+) -> AgentConfig:
+    if agent.principal.role not in ("owner", "admin"):
+        raise HTTPException(403, "only an owner or admin may create or replace an agent's "
+                                 f"config (this token is a {agent.principal.role})")
+    existed = agent.exists()
+    save_agent(agent.db, agent.principal.tenant_id, agent.agent_id, config)
+    response.status_code = 200 if existed else 201
+    return config
+
+
+# --- the app -----------------------------------------------------------------------------------
+
+
+def create_app(db: Database | None = None, settings: Settings | None = None) -> FastAPI:
+    """The files API over ``db`` (default: the process-wide database, opened on first use)."""
+    settings = settings or (db.settings if db is not None else get_settings())
+    app = FastAPI(
+        title="hango files API",
+        version="1",
+        description=__doc__ or "",
+        redirect_slashes=False,
+    )
+    app.state.hango_db = db
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(router)
+
+    async def validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return JSONResponse({"detail": _validation_message(exc)}, 422)
+
+    async def unavailable(request: Request, exc: Exception) -> JSONResponse:
+        message = str(exc) if isinstance(exc, DatabaseError) else f"database unavailable: {exc}"
+        return JSONResponse({"detail": message}, 503, headers={"Retry-After": "5"})
+
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_exception_handler(DatabaseError, unavailable)
+    app.add_exception_handler(psycopg.OperationalError, unavailable)
+    return app
+
+
+def serve_in_thread(
+    app: ASGIApp, host: str = "127.0.0.1", port: int = 0
+) -> tuple[str, Callable[[], None]]:
+    """Serve ``app`` with uvicorn in a background thread; return ``(base_url, stop)``.
+
+    ``port=0`` picks a free port. Notebooks and tests use this to get real HTTP on loopback
+    inside one process; ``hango serve`` is the standalone server.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
+                              name=f"hango-api-{bound}")
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            sock.close()
+            raise RuntimeError(f"the API server did not start on {host}:{bound}")
+        time.sleep(0.005)
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+    netloc = f"[{host}]" if family == socket.AF_INET6 else host
+    return f"http://{netloc}:{bound}", stop

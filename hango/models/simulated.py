@@ -1,0 +1,498 @@
+"""``SimulatedModel``: an offline, deterministic model whose *usage* follows Anthropic's rules.
+
+Why simulate? The lessons are about what a prompt layout costs: which blocks are read from the
+cache, which are written, and which are paid in full on every call. Those numbers come from the
+provider's documented rules (``notes/prompt-caching.md`` §1), not from the model's answer, so an
+offline model can reproduce them exactly and for free, and a notebook gives the same numbers on
+every run.
+
+**Tokens.** Anthropic's tokenizer is not public; its token-counting endpoint is the only exact
+source. The simulator uses one documented approximation everywhere, :func:`count_tokens`:
+``ceil(utf8_bytes / 4)``. Each block adds ``BLOCK_OVERHEAD`` (3) tokens, and each message adds
+``MESSAGE_OVERHEAD`` (4) tokens for its role header, charged to its first block:
+
+    tool definition   count_tokens(json {name, description, input_schema}) + 3
+    system block      count_tokens(text) + 3
+    message text      count_tokens(text) + 3
+    tool_use          count_tokens(json {name, input}) + 3
+    tool_result       count_tokens(content) + 3
+
+So a system block of 400 ASCII characters is exactly 103 tokens. Output tokens are
+``count_tokens(text)`` plus ``count_tokens(json {name, input})`` per tool call.
+
+**Positions.** The prompt is a list of positions in ``tools → system → messages`` order: one per
+tool, one per system block, and one per content block of each message, except that a run of
+``tool_use`` blocks is one position, and so is a run of ``tool_result`` blocks. A ``Breakpoint``
+marks ``tools[i]``, ``system[i]``, or the *last* position of ``messages[i]``.
+
+**The cache** (notes §1.11, steps 1-7): at most 4 breakpoints; a prefix hash per position (model
+name + the canonical bytes of every position so far); each breakpoint looks back over at most 20
+positions, itself included, for an entry an earlier request *wrote*; entries are written only at
+breakpoints whose prefix reaches the model's minimum; a 5-minute (or ``"1h"``) lifetime counted
+from the start of the request, refreshed by a read. With ``A`` = tokens through the highest hit,
+``B`` = tokens through the highest 1-hour breakpoint above ``A``, ``C`` = tokens through the last
+breakpoint: ``cache_read = A``, ``cache_creation = C - A`` (of which ``B - A`` at 1 hour) and
+``input_tokens = total - C``, the uncached tail.
+
+Choices the provider's docs leave open, marked **[assumption]** in the notes:
+
+1. Tool definitions and system blocks count one lookback position each.
+2. Runs of ``tool_use`` / ``tool_result`` blocks collapse within one message only.
+3. A user message renders its tool results before its text; an assistant message its text before
+   its tool calls (the order the Messages API expects; ``AnthropicModel`` sends the same). An
+   empty text is no block, but an empty message still takes one (empty) text position.
+4. ``Block.source`` is bookkeeping, not prompt bytes: it is not hashed and costs no tokens.
+5. Two breakpoints on the same position are one marker (the longer TTL wins); a 1-hour breakpoint
+   after a 5-minute one is rejected, as the docs require the longer TTL first.
+6. The only hash salt is the model name: ``Request`` has no tool_choice, images or thinking.
+7. Calls are sequential: an entry is visible to the next request at once (no time-to-first-token).
+   An entry is alive while ``start < expires_at``; a read refreshes it with its own TTL class.
+8. The model is ``request.model``, or the instance's ``name`` when the request leaves it empty.
+9. If no breakpoint reaches the minimum, nothing is read or written (§1.11 step 5).
+10. Diagnostics compare with the previous request this instance answered (like the provider's
+    ``previous_message_id``). ``miss_reason`` is ``None`` when the call read everything up to its
+    last breakpoint, or everything the previous request had cached (the rest is new content).
+    ``outside_lookback`` is the simulator's own reason for an unchanged prefix whose live entry
+    is more than 20 positions back. ``missed_input_tokens`` = tokens the previous request cached
+    minus tokens read now.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import accumulate
+from typing import Any, Literal, TypeAlias
+
+from hango.models.base import (
+    CacheDiagnostics,
+    Message,
+    Request,
+    Response,
+    Tier,
+    ToolCall,
+    Usage,
+)
+
+TTL = Literal["5m", "1h"]
+BLOCK_OVERHEAD = 3
+MESSAGE_OVERHEAD = 4
+MAX_BREAKPOINTS = 4
+LOOKBACK = 20
+TTL_SECONDS: dict[str, float] = {"5m": 5 * 60.0, "1h": 60 * 60.0}
+TIERS: tuple[Tier, ...] = ("tools", "system", "messages")
+
+
+def count_tokens(text: str) -> int:
+    """Approximate tokens: ``ceil(utf8 bytes / 4)``. Anthropic's tokenizer is not public."""
+    return math.ceil(len(text.encode("utf-8")) / 4)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+# --- Data tables: per-model numbers changed several times in 2026, so they live here as data. ---
+
+@dataclass(frozen=True)
+class MinimumRow:
+    tokens: int
+    source: str
+    as_of: str
+
+
+_DOC = "Anthropic prompt-caching docs, newest version (notes/prompt-caching.md §1.5)"
+DEFAULT_MIN_CACHEABLE = 1024
+MIN_CACHEABLE: dict[str, MinimumRow] = {
+    "hango-sim-1": MinimumRow(1024, "hango teaching default (the classic Sonnet tier)", "2026-11"),
+    "claude-opus-5": MinimumRow(512, _DOC, "2026-11"),
+    "claude-sonnet-5": MinimumRow(1024, _DOC, "2026-11"),
+    "claude-opus-4-8": MinimumRow(1024, _DOC + "; was 4096 in anthropics/skills", "2026-11"),
+    "claude-opus-4-7": MinimumRow(2048, _DOC + "; was 4096 in anthropics/skills", "2026-11"),
+    "claude-opus-4-6": MinimumRow(4096, _DOC, "2026-11"),
+    "claude-opus-4-5": MinimumRow(4096, _DOC, "2026-11"),
+    "claude-opus-4-1": MinimumRow(1024, _DOC, "2026-11"),
+    "claude-opus-4": MinimumRow(1024, _DOC, "2026-11"),
+    "claude-sonnet-4-6": MinimumRow(1024, _DOC + "; was 2048 in the early-2026 doc", "2026-11"),
+    "claude-sonnet-4-5": MinimumRow(1024, _DOC, "2026-11"),
+    "claude-sonnet-4": MinimumRow(1024, _DOC, "2026-11"),
+    "claude-haiku-4-5": MinimumRow(4096, _DOC, "2026-11"),
+    "claude-3-5-haiku": MinimumRow(2048, _DOC, "2026-11"),
+}
+
+
+@dataclass(frozen=True)
+class Price:
+    """Dollars per million tokens. Writes cost 1.25x (5m) or 2x (1h) input; reads ``read``x."""
+
+    input: float
+    output: float
+    read: float
+    source: str
+    as_of: str
+
+
+WRITE_5M, WRITE_1H = 1.25, 2.0
+PRICES: dict[str, Price] = {
+    "hango-sim-1": Price(3.0, 15.0, 0.1, "priced as Sonnet 4.6 for teaching", "2026-11"),
+    "claude-sonnet-4-6": Price(3.0, 15.0, 0.1, "prompt-caching docs, pricing (notes §1.8)",
+                               "2026-11"),
+}
+
+
+def _lookup(table: dict[str, Any], model: str) -> Any:
+    """Exact name, else the longest ``key-`` prefix (``claude-sonnet-4-5-20250929``)."""
+    if model in table:
+        return table[model]
+    keys = [k for k in table if model.startswith(k + "-")]
+    return table[max(keys, key=len)] if keys else None
+
+
+def min_cacheable_tokens(model: str) -> int:
+    """The shortest prefix (in tokens) ``model`` will cache; 1024 for a model not in the table."""
+    row: MinimumRow | None = _lookup(MIN_CACHEABLE, model)
+    return row.tokens if row else DEFAULT_MIN_CACHEABLE
+
+
+def cost(usage: Usage, model: str) -> float:
+    """Dollars for one call: uncached input 1x, 5m writes 1.25x, 1h writes 2x, reads 0.1x.
+
+    A model missing from :data:`PRICES` is priced like ``hango-sim-1`` (Sonnet class).
+    """
+    price: Price = _lookup(PRICES, model) or PRICES["hango-sim-1"]
+    one_hour = usage.cache_creation_1h_input_tokens
+    five_min = usage.cache_creation_input_tokens - one_hour
+    weighted = (usage.input_tokens + WRITE_5M * five_min + WRITE_1H * one_hour
+                + price.read * usage.cache_read_input_tokens)
+    return (price.input * weighted + price.output * usage.output_tokens) / 1_000_000
+
+
+# --- Positions ---
+
+@dataclass(frozen=True)
+class Position:
+    """One lookback position: its tier, a label for tables, its tokens and its canonical bytes."""
+
+    tier: Tier
+    label: str
+    tokens: int
+    data: bytes = field(repr=False)
+    message: int | None = None  # index of the message it belongs to
+
+
+def _position(tier: Tier, label: str, tokens: int, content: dict[str, Any],
+              message: int | None = None) -> Position:
+    data = _canonical({"tier": tier, **content}).encode("utf-8")
+    return Position(tier, label, tokens, data, message)
+
+
+def _message_positions(i: int, msg: Message) -> list[Position]:
+    head = {"message": i, "role": msg.role}
+    out: list[Position] = []
+    text = [] if not msg.text and (msg.tool_calls or msg.tool_results) else [msg.text]
+    results = [{"tool_use_id": r.call_id, "content": r.content, "is_error": r.is_error}
+               for r in msg.tool_results]
+    calls = [{"id": c.id, "name": c.name, "input": c.arguments} for c in msg.tool_calls]
+    runs: list[tuple[str, list[Any]]] = [("tool_result", results), ("text", text),
+                                         ("tool_use", calls)]
+    if msg.role == "assistant":
+        runs = [("text", text), ("tool_use", calls), ("tool_result", results)]
+    for kind, items in runs:
+        if not items:
+            continue
+        if kind == "text":
+            tokens = count_tokens(msg.text)
+        elif kind == "tool_use":
+            tokens = sum(count_tokens(_canonical({"name": c["name"], "input": c["input"]}))
+                         for c in items)
+        else:
+            tokens = sum(count_tokens(r["content"]) for r in items)
+        tokens += BLOCK_OVERHEAD * len(items) + (0 if out else MESSAGE_OVERHEAD)
+        label = f"messages[{i}].{kind}" + (f"×{len(items)}" if len(items) > 1 else "")
+        out.append(_position("messages", label, tokens, {**head, "type": kind, "blocks": items},
+                             message=i))
+    return out
+
+
+def positions(request: Request) -> list[Position]:
+    """The request's lookback positions, in ``tools → system → messages`` order."""
+    out = []
+    for i, tool in enumerate(request.tools):
+        spec = {"name": tool.name, "description": tool.description,
+                "input_schema": tool.parameters}
+        out.append(_position("tools", f"tools[{i}] {tool.name}",
+                             count_tokens(_canonical(spec)) + BLOCK_OVERHEAD, spec))
+    for i, block in enumerate(request.system):
+        out.append(_position("system", f"system[{i}]", count_tokens(block.text) + BLOCK_OVERHEAD,
+                             {"text": block.text}))
+    for i, msg in enumerate(request.messages):
+        out.extend(_message_positions(i, msg))
+    return out
+
+
+def breakpoint_positions(request: Request, pos: Sequence[Position]) -> list[tuple[int, TTL]]:
+    """``(position index, ttl)`` for each breakpoint, sorted; raises the provider's 400s."""
+    first_system = len(request.tools)
+    ends = {p.message: i for i, p in enumerate(pos) if p.message is not None}  # last wins
+    marks: dict[int, TTL] = {}
+    for bp in request.breakpoints:
+        size = {"tools": len(request.tools), "system": len(request.system),
+                "messages": len(request.messages)}[bp.tier]
+        if not 0 <= bp.index < size:
+            raise ValueError(f"breakpoint {bp.tier}[{bp.index}] is outside the request "
+                             f"({size} {bp.tier})")
+        at = {"tools": bp.index, "system": first_system + bp.index,
+              "messages": ends.get(bp.index, 0)}[bp.tier]
+        marks[at] = "1h" if "1h" in (bp.ttl, marks.get(at)) else "5m"
+    if len(marks) > MAX_BREAKPOINTS:
+        raise ValueError(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be "
+                         f"provided. Found {len(marks)}.")
+    ordered = sorted(marks.items())
+    ttls = [ttl for _, ttl in ordered]
+    if "5m" in ttls and "1h" in ttls[ttls.index("5m"):]:
+        raise ValueError("a 1h cache_control breakpoint must come before any 5m breakpoint")
+    return ordered
+
+
+def prefix_keys(model: str, pos: Sequence[Position]) -> list[str]:
+    """``H[i]``: SHA-256 over the model name and the bytes of positions ``0..i``."""
+    h = hashlib.sha256(model.encode("utf-8"))
+    keys = []
+    for p in pos:
+        h.update(len(p.data).to_bytes(8, "big") + p.data)  # length-prefixed: no ambiguity
+        keys.append(h.copy().hexdigest())
+    return keys
+
+
+# --- The cache store ---
+
+@dataclass
+class CacheEntry:
+    tokens: int
+    ttl: TTL
+    expires_at: float
+
+
+class CacheStore:
+    """Cache entries scoped by model: ``entries[model][prefix hash]``.
+
+    Each ``SimulatedModel`` makes its own; pass one store to two models to show that an entry
+    written under one model name is never read under another.
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[str, dict[str, CacheEntry]] = {}
+
+    def for_model(self, model: str) -> dict[str, CacheEntry]:
+        return self.entries.setdefault(model, {})
+
+
+@dataclass(frozen=True)
+class CacheTrace:
+    """What the cache did for one call, position by position (for tables in notebooks)."""
+
+    model: str
+    started: float
+    positions: tuple[Position, ...]
+    keys: tuple[str, ...]
+    breakpoints: tuple[int, ...]
+    hits: tuple[int, ...]
+    writes: tuple[int, ...]
+    minimum: int
+    cached: int  # C: tokens through the last breakpoint that reached the minimum, else 0
+    last_eligible: int | None  # its position index
+
+
+# --- Replies ---
+
+@dataclass(frozen=True)
+class Reply:
+    """What the simulated model says: text, tool calls, or both."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+ReplyLike: TypeAlias = str | Reply | Sequence[ToolCall]
+Policy: TypeAlias = Callable[[Request], ReplyLike]
+ScriptEntry: TypeAlias = ReplyLike | Policy
+
+
+def tool_call(name: str, arguments: dict[str, Any] | None = None) -> ToolCall:
+    """A scripted tool call; the model gives it the next deterministic id (``call_1``, …)."""
+    return ToolCall("", name, dict(arguments or {}))
+
+
+def _clip(text: str, width: int = 80) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def echo_policy(request: Request) -> Reply:
+    """The default: always a short deterministic text, never a tool call (so a run ends)."""
+    last = next((m for m in reversed(request.messages) if m.role == "user"), None)
+    if last is None:
+        return Reply("(hango-sim) Nothing to answer.")
+    if last.tool_results:
+        seen = "; ".join(f"{r.call_id}: {_clip(r.content, 40)}" for r in last.tool_results)
+        return Reply(f"(hango-sim) Read {len(last.tool_results)} tool result(s). {seen}")
+    return Reply(f"(hango-sim) You said: {_clip(last.text)}")
+
+
+def _as_reply(value: ReplyLike) -> Reply:
+    if isinstance(value, str):
+        return Reply(value)
+    if isinstance(value, Reply):
+        return value
+    return Reply("", tuple(value))
+
+
+# --- The model ---
+
+class SimulatedModel:
+    """A deterministic offline :class:`~hango.models.base.Model` with provider-faithful usage.
+
+    ``policy`` is a callable ``request -> reply`` or a script: a list of replies used in order,
+    each a text, a list of tool calls, a :class:`Reply`, or a function of the request. ``calls``
+    keeps every ``(request, response)``; ``traces`` the matching :class:`CacheTrace`.
+    """
+
+    provider = "hango-sim"
+
+    def __init__(
+        self,
+        name: str = "hango-sim-1",
+        *,
+        policy: Policy | Sequence[ScriptEntry] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        min_cacheable: int | None = None,
+        store: CacheStore | None = None,
+    ) -> None:
+        if isinstance(policy, str):
+            raise TypeError("a script is a list of replies, not one string")
+        self.name = name
+        self.clock = clock
+        self.min_cacheable = min_cacheable
+        self.store = store if store is not None else CacheStore()
+        self._policy: Policy | None = policy if callable(policy) else None
+        self._script: list[ScriptEntry] | None = None
+        if policy is None:
+            self._policy = echo_policy
+        elif not callable(policy):
+            self._script = list(policy)
+        self._next_call_id = 0
+        self.calls: list[tuple[Request, Response]] = []
+        self.traces: list[CacheTrace] = []
+
+    def complete(self, request: Request) -> Response:
+        started = self.clock()
+        model = request.model or self.name
+        prev = self.traces[-1] if self.traces else None
+        # Was the previous call's cache still alive when this call started? (Asked before this
+        # call rewrites the store, to tell "expired" from "outside_lookback".)
+        prev_alive = prev is not None and prev.last_eligible is not None and self._alive(
+            prev.model, prev.keys[prev.last_eligible], started)
+        trace, usage = self._cache(request, model, started)
+        diagnostics = self._diagnose(trace, usage, prev, prev_alive) if trace.breakpoints \
+            else None
+        if request.max_tokens == 0:  # pre-warm: write the cache, generate nothing
+            reply, stop = Reply(), "max_tokens"
+        else:
+            reply = self._reply(request)
+            stop = "tool_use" if reply.tool_calls else "end_turn"
+        out = count_tokens(reply.text) + sum(
+            count_tokens(_canonical({"name": c.name, "input": c.arguments}))
+            for c in reply.tool_calls)
+        response = Response(reply.text, reply.tool_calls, replace(usage, output_tokens=out),
+                            model=model, stop_reason=stop, diagnostics=diagnostics)
+        self.calls.append((request, response))
+        self.traces.append(trace)
+        return response
+
+    def _alive(self, model: str, key: str, now: float) -> bool:
+        entry = self.store.for_model(model).get(key)
+        return entry is not None and now < entry.expires_at
+
+    def _cache(self, request: Request, model: str, now: float) -> tuple[CacheTrace, Usage]:
+        """§1.11 steps 1-7: validate, hash, look back, price the prefix, update the store."""
+        pos = positions(request)
+        marks = breakpoint_positions(request, pos)
+        keys = prefix_keys(model, pos)
+        upto = list(accumulate(p.tokens for p in pos))  # P[i]: tokens through position i
+        total = upto[-1] if upto else 0
+        entries = self.store.for_model(model)
+        minimum = self.min_cacheable
+        if minimum is None:
+            minimum = min_cacheable_tokens(model)
+        eligible = [(b, ttl) for b, ttl in marks if upto[b] >= minimum]
+        hits: list[int] = []
+        for b, _ in marks if eligible else []:
+            for j in range(b, max(b - LOOKBACK, -1), -1):  # the breakpoint counts as the first
+                if self._alive(model, keys[j], now):
+                    hits.append(j)
+                    break
+        read = max((upto[j] for j in hits), default=0)  # A
+        last = eligible[-1][0] if eligible else None
+        cached = upto[last] if last is not None else read  # C
+        one_hour = max((upto[b] for b, ttl in eligible if ttl == "1h" and upto[b] > read),
+                       default=read)  # B
+        writes = [b for b, _ in eligible if upto[b] > read]
+        for b, ttl in eligible:
+            if upto[b] > read:
+                entries[keys[b]] = CacheEntry(upto[b], ttl, now + TTL_SECONDS[ttl])
+        for j in hits:  # a read refreshes the entry's lifetime, keeping its TTL class
+            entries[keys[j]].expires_at = now + TTL_SECONDS[entries[keys[j]].ttl]
+        usage = Usage(input_tokens=total - max(cached, read),
+                      cache_creation_input_tokens=cached - read,
+                      cache_read_input_tokens=read,
+                      cache_creation_1h_input_tokens=one_hour - read)
+        trace = CacheTrace(model, now, tuple(pos), tuple(keys), tuple(b for b, _ in marks),
+                           tuple(hits), tuple(writes), minimum,
+                           cached if eligible else 0, last)
+        return trace, usage
+
+    def _diagnose(self, trace: CacheTrace, usage: Usage, prev: CacheTrace | None,
+                  prev_alive: bool) -> CacheDiagnostics:
+        """Why this call did not read more, judged against the previous call (assumption 10)."""
+        read = usage.cache_read_input_tokens
+        if trace.last_eligible is None:
+            return CacheDiagnostics("below_minimum", max(0, prev.cached - read) if prev else 0)
+        if read == trace.cached:
+            return CacheDiagnostics(None)
+        if prev is None:
+            return CacheDiagnostics("previous_message_not_found")
+        missed = prev.cached - read
+        if missed <= 0:
+            return CacheDiagnostics(None)
+        if prev.model != trace.model:
+            return CacheDiagnostics("model_changed", missed)
+        same = 0
+        while (same < min(len(prev.keys), len(trace.keys))
+               and prev.keys[same] == trace.keys[same]):
+            same += 1
+        assert prev.last_eligible is not None  # prev.cached > read >= 0
+        if same <= prev.last_eligible:  # the previous cached prefix was edited
+            tiers = [p.positions[same].tier for p in (prev, trace) if same < len(p.positions)]
+            return CacheDiagnostics(f"{min(tiers, key=TIERS.index)}_changed", missed)
+        return CacheDiagnostics("outside_lookback" if prev_alive else "expired", missed)
+
+    def _reply(self, request: Request) -> Reply:
+        if self._script is not None:
+            if not self._script:
+                raise RuntimeError(f"{self.name}: the script has no reply left for call "
+                                   f"{len(self.calls) + 1}")
+            entry = self._script.pop(0)
+            reply = _as_reply(entry(request) if callable(entry) else entry)
+        else:
+            assert self._policy is not None
+            reply = _as_reply(self._policy(request))
+        calls = []
+        for c in reply.tool_calls:
+            if not c.id:
+                self._next_call_id += 1
+                c = ToolCall(f"call_{self._next_call_id}", c.name, c.arguments)
+            calls.append(c)
+        return Reply(reply.text, tuple(calls))

@@ -1,0 +1,482 @@
+"""The simulator against the provider's documented caching rules (notes/prompt-caching.md §1).
+
+Token arithmetic used throughout (see ``hango.models.simulated``): a system block of 400 ASCII
+characters is 400/4 + 3 = 103 tokens; ``Message("user", "hi")`` is ceil(2/4) + 3 + 4 = 8 tokens.
+So ten blocks are 1030 tokens, just above the default minimum of 1024.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hango.models.base import (
+    Block,
+    Breakpoint,
+    CacheDiagnostics,
+    Message,
+    Request,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+)
+from hango.models.simulated import (
+    MIN_CACHEABLE,
+    PRICES,
+    CacheStore,
+    Reply,
+    SimulatedModel,
+    cost,
+    count_tokens,
+    min_cacheable_tokens,
+    positions,
+    tool_call,
+)
+
+SYS = 103  # tokens of one 400-character system block
+HI = 8  # tokens of Message("user", "hi")
+
+
+class Clock:
+    """An injectable clock: tests move ``now`` by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def block(i: int, tag: str = "") -> Block:
+    text = f"block {i:02d}{tag} ".ljust(400, "x")
+    assert len(text) == 400
+    return Block(text, source=f"test:{i}")
+
+
+def request(n: int, system_bps: tuple[int, ...] = (), *, model: str = "hango-sim-1",
+            tools: tuple[ToolSpec, ...] = (), messages: tuple[Message, ...] | None = None,
+            extra: tuple[Breakpoint, ...] = ()) -> Request:
+    """``n`` system blocks, breakpoints on the given system indices, and a short user turn."""
+    msgs = (Message("user", "hi"),) if messages is None else messages
+    bps = tuple(Breakpoint("system", i) for i in system_bps) + extra
+    return Request(model, tools, tuple(block(i) for i in range(n)), msgs, bps)
+
+
+def usage3(u: Usage) -> tuple[int, int, int]:
+    """(cache_read, cache_creation, input) for compact assertions."""
+    return u.cache_read_input_tokens, u.cache_creation_input_tokens, u.input_tokens
+
+
+# --- tokens and positions ---
+
+def test_count_tokens_is_utf8_bytes_over_four_rounded_up() -> None:
+    assert [count_tokens(s) for s in ["", "abcd", "abcde", "é", "ééé", "🙂", "x" * 400]] == \
+        [0, 1, 2, 1, 2, 1, 100]
+
+
+def test_position_tokens_follow_the_documented_formula() -> None:
+    # tool: '{"description":"Read a file.","input_schema":{},"name":"read"}' = 62 chars -> 16 + 3
+    req = request(1, tools=(ToolSpec("read", "Read a file."),))
+    assert [p.tokens for p in positions(req)] == [19, SYS, HI]
+    assert [p.tier for p in positions(req)] == ["tools", "system", "messages"]
+
+
+def test_tool_use_and_tool_result_runs_are_one_position_each() -> None:
+    calls = tuple(ToolCall(f"c{i}", "read_file", {"path": f"{i}.md"}) for i in range(3))
+    results = tuple(ToolResult(f"c{i}", "ok") for i in range(3))
+    msgs = (Message("user", "q"), Message("assistant", "looking", tool_calls=calls),
+            Message("user", "and?", tool_results=results))
+    labels = [p.label for p in positions(request(1, messages=msgs))]
+    assert labels == ["system[0]", "messages[0].text", "messages[1].text",
+                      "messages[1].tool_use×3", "messages[2].tool_result×3", "messages[2].text"]
+
+
+def test_collapsed_runs_keep_a_long_tool_turn_inside_the_lookback_window() -> None:
+    """25 calls and 25 results are 2 positions, so the previous breakpoint is 3 back, not 51."""
+    model = SimulatedModel(clock=Clock())
+    first = request(10, messages=(Message("user", "hi"),),
+                    extra=(Breakpoint("messages", 0),))
+    model.complete(first)  # writes at the user turn: 1030 + 8 = 1038
+    calls = tuple(ToolCall(f"c{i}", "f") for i in range(25))
+    results = tuple(ToolResult(f"c{i}", "ok") for i in range(25))
+    msgs = (Message("user", "hi"), Message("assistant", tool_calls=calls),
+            Message("user", tool_results=results))
+    second = request(10, messages=msgs, extra=(Breakpoint("messages", 2),))
+    use = sum(p.tokens for p in positions(second)[-2:])
+    # each call: '{"input":{},"name":"f"}' = 23 chars -> 6 + 3 = 9; x25, +4 for the message
+    assert use == (25 * 9 + 4) + (25 * (1 + 3) + 4)
+    assert usage3(model.complete(second).usage) == (1038, use, 0)
+
+
+def test_a_messages_breakpoint_marks_the_last_block_of_its_message() -> None:
+    results = (ToolResult("c1", "x" * 40),)
+    msgs = (Message("user", "q" * 400, tool_results=results),)
+    model = SimulatedModel(clock=Clock())
+    u = model.complete(request(10, messages=msgs, extra=(Breakpoint("messages", 0),))).usage
+    # result run 10 + 3 + 4 = 17, then the text 100 + 3 = 103: both are before the marker
+    assert usage3(u) == (0, 1030 + 17 + 103, 0)
+
+
+def test_block_source_is_not_part_of_the_prompt() -> None:
+    model = SimulatedModel(clock=Clock())
+    model.complete(request(10, (9,)))
+    renamed = dataclasses.replace(request(10, (9,)), system=tuple(
+        Block(b.text, "elsewhere") for b in request(10).system))
+    assert model.complete(renamed).usage.cache_read_input_tokens == 1030
+
+
+# --- the documented worked examples (§1.4) ---
+
+def test_worked_example_turns_one_two_three() -> None:
+    model = SimulatedModel(clock=Clock())
+    turn1 = model.complete(request(10, (9,)))
+    assert usage3(turn1.usage) == (0, 1030, HI)
+    assert turn1.diagnostics == CacheDiagnostics("previous_message_not_found")
+
+    turn2 = model.complete(request(15, (14,)))  # walks back from 15, hits the write at 10
+    assert usage3(turn2.usage) == (1030, 5 * SYS, HI)
+    assert turn2.diagnostics == CacheDiagnostics(None)  # it read all that turn 1 cached
+
+    turn3 = model.complete(request(35, (34,)))  # checks 35..16: the entry at 15 is outside
+    assert usage3(turn3.usage) == (0, 35 * SYS, HI)
+    assert turn3.diagnostics == CacheDiagnostics("outside_lookback", 15 * SYS)
+
+
+def test_a_second_breakpoint_at_fifteen_fixes_turn_three() -> None:
+    model = SimulatedModel(clock=Clock())
+    model.complete(request(10, (9,)))
+    model.complete(request(15, (14,)))
+    turn3 = model.complete(request(35, (14, 34)))
+    assert usage3(turn3.usage) == (15 * SYS, 20 * SYS, HI)
+    assert turn3.diagnostics == CacheDiagnostics(None)
+
+
+@pytest.mark.parametrize(("blocks", "read"), [(34, 15 * SYS), (35, 0)])
+def test_lookback_counts_the_breakpoint_itself_as_the_first_of_twenty(blocks: int,
+                                                                     read: int) -> None:
+    model = SimulatedModel(clock=Clock())
+    model.complete(request(15, (14,)))
+    u = model.complete(request(blocks, (blocks - 1,))).usage
+    assert usage3(u) == (read, blocks * SYS - read, HI)
+
+
+def test_entries_are_written_only_at_breakpoints() -> None:
+    """Reads look for prior *writes*, not stable content: block 10 was never a breakpoint."""
+    model = SimulatedModel(clock=Clock())
+    model.complete(request(12, (11,)))  # writes at 12 only
+    u = model.complete(request(11, (10,)).__class__(  # same first 10 blocks, new 11th
+        "hango-sim-1", (), (*request(10).system, block(10, "changed")), (Message("user", "hi"),),
+        (Breakpoint("system", 10),))).usage
+    assert usage3(u) == (0, 11 * SYS, HI)
+
+
+def test_common_mistake_breakpoint_on_a_block_that_changes_every_call() -> None:
+    def turn(second: int, bps: tuple[int, ...] = ()) -> Request:
+        msg = Message("user", f"[2026-11-30T07:00:0{second}Z] What is in memory?")  # 41 chars
+        return request(12, bps, messages=(msg,), extra=(Breakpoint("messages", 0),))
+
+    stamped = 12 * SYS + 18  # the message: 11 + 3 + 4
+    model = SimulatedModel(clock=Clock())
+    for second in (1, 2, 3):
+        r = model.complete(turn(second))
+        assert usage3(r.usage) == (0, stamped, 0)  # a fresh write every time, never a read
+    assert r.diagnostics == CacheDiagnostics("messages_changed", stamped)
+
+    fixed = SimulatedModel(clock=Clock())
+    fixed.complete(turn(1, (11,)))
+    assert usage3(fixed.complete(turn(2, (11,))).usage) == (12 * SYS, 18, 0)
+
+
+# --- minimum cacheable length ---
+
+def test_a_prefix_below_the_minimum_caches_nothing() -> None:
+    model = SimulatedModel(clock=Clock())
+    for _ in range(2):  # nothing was written, so the second call cannot read either
+        r = model.complete(request(3, (2,)))
+        assert usage3(r.usage) == (0, 0, 3 * SYS + HI)
+        assert r.diagnostics == CacheDiagnostics("below_minimum")
+
+
+@pytest.mark.parametrize(("minimum", "written"), [(3 * SYS, 3 * SYS), (3 * SYS + 1, 0)])
+def test_the_minimum_is_on_the_cumulative_prefix_and_inclusive(minimum: int,
+                                                               written: int) -> None:
+    model = SimulatedModel(clock=Clock(), min_cacheable=minimum)
+    assert model.complete(request(3, (2,))).usage.cache_creation_input_tokens == written
+    assert model.complete(request(3, (2,))).usage.cache_read_input_tokens == written
+
+
+def test_minimums_come_from_the_data_table() -> None:
+    assert min_cacheable_tokens("hango-sim-1") == 1024
+    assert min_cacheable_tokens("claude-haiku-4-5") == 4096
+    assert min_cacheable_tokens("claude-haiku-4-5-20251001") == 4096  # dated id: prefix match
+    assert min_cacheable_tokens("claude-opus-4-5-20251101") == 4096  # longest prefix wins
+    assert min_cacheable_tokens("claude-opus-4-20250514") == 1024
+    assert min_cacheable_tokens("some-new-model") == 1024
+    assert all(row.source and row.as_of for row in MIN_CACHEABLE.values())
+    assert all(row.source and row.as_of for row in PRICES.values())
+    haiku = SimulatedModel("claude-haiku-4-5", clock=Clock())
+    r = haiku.complete(request(10, (9,), model="claude-haiku-4-5"))
+    assert usage3(r.usage) == (0, 0, 1030 + HI)  # 1030 < 4096
+
+
+# --- lifetime ---
+
+@pytest.mark.parametrize(("later", "read"), [(299.5, 1030), (300.5, 0)])
+def test_entries_expire_five_minutes_after_the_request_started(later: float, read: int) -> None:
+    clock = Clock()
+    model = SimulatedModel(clock=clock)
+    model.complete(request(10, (9,)))
+    clock.now = later
+    r = model.complete(request(10, (9,)))
+    assert usage3(r.usage) == (read, 1030 - read, HI)
+    assert r.diagnostics == (CacheDiagnostics(None) if read else CacheDiagnostics("expired", 1030))
+
+
+def test_a_hit_refreshes_the_lifetime() -> None:
+    clock = Clock()
+    model = SimulatedModel(clock=clock)
+    model.complete(request(10, (9,)))
+    clock.now = 4 * 60
+    assert model.complete(request(10, (9,))).usage.cache_read_input_tokens == 1030
+    clock.now = 8 * 60  # 8 min after the write, 4 after the refresh
+    assert model.complete(request(10, (9,))).usage.cache_read_input_tokens == 1030
+
+    unrefreshed = SimulatedModel(clock=Clock())
+    unrefreshed.complete(request(10, (9,)))
+    unrefreshed.clock = lambda: 8 * 60.0
+    assert unrefreshed.complete(request(10, (9,))).usage.cache_read_input_tokens == 0
+
+
+def test_one_hour_ttl() -> None:
+    clock = Clock()
+    model = SimulatedModel(clock=clock)
+    hour = request(10, extra=(Breakpoint("system", 9, ttl="1h"),))
+    first = model.complete(hour)
+    assert first.usage.cache_creation_1h_input_tokens == 1030
+    clock.now = 30 * 60
+    assert model.complete(hour).usage.cache_read_input_tokens == 1030
+    clock.now = 30 * 60 + 3600.5
+    assert model.complete(hour).usage.cache_read_input_tokens == 0
+
+
+def test_mixed_ttls_split_the_write_and_the_cost() -> None:
+    model = SimulatedModel(clock=Clock())
+    mixed = request(10, extra=(Breakpoint("system", 4, ttl="1h"), Breakpoint("system", 9)))
+    u = model.complete(mixed).usage
+    assert (u.cache_creation_input_tokens, u.cache_creation_1h_input_tokens) == (1030, 515)
+    # $3/M: 8 uncached + 515 * 1.25 + 515 * 2 input, and output at $15/M
+    expected = (3 * (8 + 515 * 1.25 + 515 * 2) + 15 * u.output_tokens) / 1e6
+    assert cost(u, "hango-sim-1") == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_one_hour_breakpoint_after_a_five_minute_one_is_rejected() -> None:
+    bad = request(10, extra=(Breakpoint("system", 4), Breakpoint("system", 9, ttl="1h")))
+    with pytest.raises(ValueError, match="1h"):
+        SimulatedModel(clock=Clock()).complete(bad)
+
+
+# --- usage and limits ---
+
+def test_input_tokens_are_only_the_uncached_tail() -> None:
+    tail = Message("user", "q" * 4000)  # 1000 + 3 + 4
+    model = SimulatedModel(clock=Clock())
+    u = model.complete(request(10, (9,), messages=(tail,))).usage
+    assert usage3(u) == (0, 1030, 1007)
+    u = model.complete(request(10, (9,), messages=(tail,))).usage
+    assert usage3(u) == (1030, 0, 1007)
+    assert u.total_input_tokens == 2037 == sum(p.tokens for p in positions(
+        request(10, messages=(tail,))))
+
+
+def test_more_than_four_breakpoints_is_the_providers_error() -> None:
+    model = SimulatedModel(clock=Clock())
+    model.complete(request(10, (1, 3, 5, 9)))
+    model.complete(request(10, (1, 3, 5, 9), extra=(Breakpoint("system", 9),)))  # same block
+    with pytest.raises(ValueError) as err:
+        model.complete(request(10, (1, 3, 5, 7, 9)))
+    assert str(err.value) == "A maximum of 4 blocks with cache_control may be provided. Found 5."
+    assert len(model.calls) == 2
+
+
+def test_a_breakpoint_outside_the_request_is_an_error() -> None:
+    with pytest.raises(ValueError, match=r"messages\[1\]"):
+        SimulatedModel(clock=Clock()).complete(request(2, extra=(Breakpoint("messages", 1),)))
+
+
+def test_multi_turn_conversation_reads_the_history_and_writes_the_new_turns() -> None:
+    """The runtime's pattern: a breakpoint on the last message of a growing conversation."""
+    model = SimulatedModel(clock=Clock())
+    history: list[Message] = []
+    reads = []
+    for i in range(3):
+        history.append(Message("user", f"question {i} " + "q" * 388))  # 400 chars: 100 + 7
+        req = request(10, (9,), messages=tuple(history),
+                      extra=(Breakpoint("messages", len(history) - 1),))
+        r = model.complete(req)
+        history.append(Message("assistant", r.text))
+        reads.append(usage3(r.usage))
+        assert r.usage.input_tokens == 0
+    reply = count_tokens("(hango-sim) You said: question 0 " + "q" * 45 + "…") + 7
+    assert reads[0] == (0, 1030 + 107, 0)
+    assert reads[1] == (1030 + 107, reply + 107, 0)
+
+
+# --- scope and diagnostics ---
+
+def test_caches_are_scoped_to_the_model() -> None:
+    store = CacheStore()
+    sim1 = SimulatedModel("hango-sim-1", clock=Clock(), store=store)
+    sim2 = SimulatedModel("hango-sim-2", clock=Clock(), store=store)
+    assert sim1.complete(request(10, (9,), model="hango-sim-1")).usage.cache_read_input_tokens == 0
+    assert sim2.complete(request(10, (9,), model="hango-sim-2")).usage.cache_read_input_tokens == 0
+    again = SimulatedModel("hango-sim-1", clock=Clock(), store=store)  # same name, same store
+    assert again.complete(request(10, (9,), model="")).usage.cache_read_input_tokens == 1030
+    assert set(store.entries) == {"hango-sim-1", "hango-sim-2"}
+
+
+def test_switching_the_model_in_the_request_is_model_changed() -> None:
+    model = SimulatedModel(clock=Clock())
+    model.complete(request(10, (9,)))
+    r = model.complete(request(10, (9,), model="claude-sonnet-4-5"))
+    assert r.model == "claude-sonnet-4-5"
+    assert usage3(r.usage) == (0, 1030, HI)
+    assert r.diagnostics == CacheDiagnostics("model_changed", 1030)
+
+
+TOOLS = (ToolSpec("read", "Read a file."), ToolSpec("write", "Write a file."))
+CONVO = (Message("user", "hi"), Message("assistant", "hello"), Message("user", "more"))
+
+
+def base_request(**change: object) -> Request:
+    req = request(10, (9,), tools=TOOLS, messages=CONVO, extra=(Breakpoint("messages", 2),))
+    return dataclasses.replace(req, **change)  # type: ignore[arg-type]
+
+
+BASE_POS = positions(base_request())
+THROUGH_SYSTEM = sum(p.tokens for p in BASE_POS[:12])
+CACHED = sum(p.tokens for p in BASE_POS)
+
+
+@pytest.mark.parametrize(("change", "reason", "read"), [
+    ({}, None, CACHED),
+    ({"tools": (ToolSpec("read", "Read any file."), TOOLS[1])}, "tools_changed", 0),
+    ({"tools": (*TOOLS, ToolSpec("ls", "List."))}, "tools_changed", 0),
+    ({"tools": TOOLS[::-1]}, "tools_changed", 0),
+    ({"system": (block(0, "edited"), *request(10).system[1:])}, "system_changed", 0),
+    ({"messages": (Message("user", "hey"), *CONVO[1:])}, "messages_changed", THROUGH_SYSTEM),
+    ({"messages": CONVO[:2] + (Message("user", "less"),)}, "messages_changed", THROUGH_SYSTEM),
+])
+def test_diagnostics_name_the_first_changed_tier(change: dict[str, object], reason: str | None,
+                                                 read: int) -> None:
+    model = SimulatedModel(clock=Clock())
+    model.complete(base_request())
+    r = model.complete(base_request(**change))
+    assert r.usage.cache_read_input_tokens == read
+    assert r.diagnostics == CacheDiagnostics(reason, CACHED - read if reason else 0)
+
+
+def test_appending_turns_is_not_a_miss() -> None:
+    model = SimulatedModel(clock=Clock())
+    model.complete(base_request())
+    longer = CONVO + (Message("assistant", "ok"), Message("user", "go on"))
+    r = model.complete(base_request(messages=longer, breakpoints=(
+        Breakpoint("system", 9), Breakpoint("messages", 4))))
+    assert r.usage.cache_read_input_tokens == CACHED
+    assert r.diagnostics == CacheDiagnostics(None)
+
+
+def test_no_breakpoint_means_no_diagnostics_and_no_caching() -> None:
+    r = SimulatedModel(clock=Clock()).complete(request(10))
+    assert r.diagnostics is None
+    assert usage3(r.usage) == (0, 0, 1030 + HI)
+
+
+# --- replies ---
+
+def test_script_replies_in_order_with_deterministic_call_ids() -> None:
+    model = SimulatedModel(clock=Clock(), policy=[
+        "hello",
+        [tool_call("read_file", {"path": "a.md"}), tool_call("ls")],
+        Reply("both", (ToolCall("mine", "ls"),)),
+        lambda req: f"I see {len(req.system)} system blocks",
+        [tool_call("ls")],
+    ])
+    r = [model.complete(request(2)) for _ in range(5)]
+    assert (r[0].text, r[0].tool_calls, r[0].stop_reason) == ("hello", (), "end_turn")
+    assert r[0].usage.output_tokens == 2
+    assert r[1].tool_calls == (ToolCall("call_1", "read_file", {"path": "a.md"}),
+                               ToolCall("call_2", "ls"))
+    assert r[1].stop_reason == "tool_use"
+    # '{"input":{"path":"a.md"},"name":"read_file"}' = 44 -> 11; '{"input":{},"name":"ls"}' -> 6
+    assert r[1].usage.output_tokens == 17
+    assert (r[2].text, r[2].tool_calls) == ("both", (ToolCall("mine", "ls"),))
+    assert r[3].text == "I see 2 system blocks"
+    assert r[4].tool_calls == (ToolCall("call_3", "ls"),)
+    with pytest.raises(RuntimeError, match="no reply left"):
+        model.complete(request(2))
+    assert [resp for _, resp in model.calls] == r
+
+
+def test_default_policy_is_deterministic_text() -> None:
+    convo = (Message("user", "q"), Message("assistant", tool_calls=(ToolCall("c1", "ls"),)),
+             Message("user", tool_results=(ToolResult("c1", "a.md b.md"),)))
+    answers = []
+    for _ in range(2):
+        model = SimulatedModel(clock=Clock())
+        answers.append((model.complete(request(1, messages=(Message("user", "Hi there"),))),
+                        model.complete(request(1, messages=convo))))
+    assert answers[0] == answers[1]
+    first, after_tools = answers[0]
+    assert first.text == "(hango-sim) You said: Hi there"
+    assert after_tools.text == "(hango-sim) Read 1 tool result(s). c1: a.md b.md"
+    assert first.tool_calls == after_tools.tool_calls == ()
+
+
+def test_calls_record_every_request_and_response() -> None:
+    model = SimulatedModel(clock=Clock())
+    reqs = [request(10, (9,)), request(11, (10,))]
+    resps = [model.complete(req) for req in reqs]
+    assert model.calls == list(zip(reqs, resps, strict=True))
+    assert [t.hits for t in model.traces] == [(), (9,)]
+
+
+def test_max_tokens_zero_prewarms_without_using_the_script() -> None:
+    model = SimulatedModel(clock=Clock(), policy=["answer"])
+    warm = model.complete(dataclasses.replace(request(10, (9,)), max_tokens=0))
+    assert (warm.text, warm.stop_reason, warm.usage.output_tokens) == ("", "max_tokens", 0)
+    assert warm.usage.cache_creation_input_tokens == 1030
+    real = model.complete(request(10, (9,)))
+    assert (real.text, real.usage.cache_read_input_tokens) == ("answer", 1030)
+
+
+def test_cost_uses_the_multipliers() -> None:
+    u = Usage(input_tokens=1000, cache_creation_input_tokens=2000, cache_read_input_tokens=10000,
+              output_tokens=500, cache_creation_1h_input_tokens=1000)
+    # 3 * (1000 + 1000*1.25 + 1000*2 + 10000*0.1) / 1e6 + 15 * 500 / 1e6
+    assert cost(u, "claude-sonnet-4-6") == pytest.approx(0.02325, rel=1e-12)
+    # break-even at two calls for the 5-minute TTL: 1.25 + 0.1 < 2
+    cached = cost(Usage(0, 10_000), "x") + cost(Usage(0, 0, 10_000), "x")
+    assert cached < 2 * cost(Usage(10_000), "x")
+
+
+# --- a property over random call sequences ---
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 30), st.integers(0, 29), st.integers(0, 400)),
+                min_size=1, max_size=6))
+def test_usage_always_adds_up(calls: list[tuple[int, int, int]]) -> None:
+    clock = Clock()
+    model = SimulatedModel(clock=clock)
+    for n, bp, dt in calls:
+        clock.now += dt
+        req = request(n, (min(bp, n - 1),))
+        u = model.complete(req).usage
+        total = sum(p.tokens for p in positions(req))
+        assert u.total_input_tokens == total
+        assert min(usage3(u)) >= 0
+        assert u.input_tokens == total - (min(bp, n - 1) + 1) * SYS or \
+            u.cache_creation_input_tokens == u.cache_read_input_tokens == 0
