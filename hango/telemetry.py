@@ -23,6 +23,14 @@ Conventions followed (see ``shared/notes/observability.md``):
 * The ``hango.tokens`` counter uses *disjoint* kinds (``input`` is the uncached tail, as the
   provider reports it) so that ``cache_read / (input + cache_creation + cache_read)`` over any
   window is exactly the token-weighted read ratio.
+* ``hango.cache.read_ratio`` is a **histogram** (buckets 0, 0.1 … 0.9, 0.95, 0.99, 1), not a
+  gauge: a synchronous gauge keeps only the last value per export interval, so with many calls it
+  shows whichever call came last (often a cold first call at 0). The histogram keeps every call:
+  the per-call distribution, its median and mean, and the share of cold calls (``le="0"``). The
+  exact token-weighted ratio comes from the ``hango.tokens`` counter.
+* Prometheus names (what the OTLP receiver of otel-lgtm produces) are computed by
+  :func:`prometheus_series` from :data:`INSTRUMENTS`, so the dashboard can be checked against
+  what hango really emits.
 """
 
 from __future__ import annotations
@@ -53,17 +61,6 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-__all__ = [
-    "INSTRUMENTS",
-    "Configured",
-    "InstrumentSpec",
-    "Telemetry",
-    "configure",
-    "prometheus_label",
-    "prometheus_name",
-    "prometheus_series",
-]
 
 SCOPE = "hango"
 try:
@@ -471,7 +468,7 @@ class Configured:
             out.setdefault(name, []).append(dict(point))
         return out
 
-    def span_tree(self, *, durations: bool = False) -> str:
+    def span_tree(self, durations: bool = False) -> str:
         """The finished spans as an indented tree, one trace after another.
 
         A line is: name, ``[KIND]`` unless INTERNAL, the duration in whole ms only when

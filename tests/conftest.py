@@ -14,17 +14,19 @@ import pytest
 
 os.environ.setdefault("HANGO_DATABASE_NAME", "hango_test")
 
-from hango.agents import AgentConfig, create_tenant, save_agent  # noqa: E402
-from hango.db import Database  # noqa: E402
-from hango.fs.backend import PostgresBackend  # noqa: E402
-from hango.settings import get_settings  # noqa: E402
+from hango.agents import AgentConfig, create_tenant, save_agent
+from hango.db import Database
+from hango.fs.backend import PostgresBackend
+from hango.settings import get_settings
 
 
 @pytest.fixture(scope="session")
 def db() -> Iterator[Database]:
     database = Database(get_settings())
     with database.admin() as conn:
-        conn.execute("DELETE FROM tenants")  # a clean slate; cascades to agents, files, tokens
+        # A clean slate (cascading to agents, files, tokens), but only of earlier runs: several
+        # pytest sessions may share hango_test at once, and a fresh tenant per test isolates them.
+        conn.execute("DELETE FROM tenants WHERE created_at < now() - interval '1 hour'")
     yield database
     database.close()
 

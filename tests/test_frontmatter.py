@@ -6,6 +6,8 @@ dependency) so an expectation typed here can never drift from what YAML means.
 
 from __future__ import annotations
 
+from typing import Any, SupportsIndex
+
 import pytest
 import yaml
 
@@ -47,6 +49,7 @@ DESCRIPTIONS = [
     ("single quoted", "description: 'It''s: fine # here'", "It's: fine # here"),
     ("single quoted over lines", "description: 'a\n  b\n\n  c'", "a b\nc"),
     ("single quoted, comment after", "description: 'a' # c", "a"),
+    ("quoted folding drops spaces at breaks", "description: 'a   \n   b  \n\n  c'", "a b\nc"),
     (
         "double quoted escapes",
         r'description: "say \"hi\": a\\b\n\tc \u00e9 \x41 \U0001F600 \/"',
@@ -58,13 +61,16 @@ DESCRIPTIONS = [
     ("literal", "description: |\n  a\n   b\n\n  c", "a\n b\n\nc\n"),
     ("literal strip", "description: |-\n  a\n   b\n\n  c", "a\n b\n\nc"),
     ("literal keep", "description: |+\n  a\n\n", "a\n\n\n"),
-    ("literal with comment on header", "description: | # c\n  # not a comment", "# not a comment\n"),
+    (
+        "literal with comment on header",
+        "description: | # c\n  # not a comment",
+        "# not a comment\n",
+    ),
     ("literal keeps trailing spaces", "description: |-\n  a  \n  b", "a  \nb"),
     ("folded", "description: >\n  a\n  b\n\n  c\n    d\n  e", "a b\nc\n  d\ne\n"),
     ("folded strip", "description: >-\n  Use when:\n  things # kept", "Use when: things # kept"),
     ("folded keep", "description: >+\n  a\n  b\n", "a b\n\n"),
     ("block on the next line", "description:\n  |\n    a", "a\n"),
-    ("empty block then key", "description: |", ""),
     ("unicode", "description: Ünïcödé — 日本語 ✓", "Ünïcödé — 日本語 ✓"),
 ]
 
@@ -92,12 +98,24 @@ def test_block_scalar_as_last_value_has_no_final_newline() -> None:
 
 
 TOOLS = [
-    ("flow list", "allowed-tools: [Read, 'Bash(git:*)', \"Web Fetch\"]", ("Read", "Bash(git:*)", "Web Fetch")),
+    (
+        "flow list",
+        "allowed-tools: [Read, 'Bash(git:*)', \"Web Fetch\"]",
+        ("Read", "Bash(git:*)", "Web Fetch"),
+    ),
     ("flow list trailing comma", "allowed-tools: [Read, Grep,]  # c", ("Read", "Grep")),
     ("empty flow list", "allowed-tools: []", ()),
-    ("block list", "allowed-tools:\n  - Read\n  - 'Grep' # c\n\n  - Bash(ls:*)", ("Read", "Grep", "Bash(ls:*)")),
+    (
+        "block list",
+        "allowed-tools:\n  - Read\n  - 'Grep' # c\n\n  - Bash(ls:*)",
+        ("Read", "Grep", "Bash(ls:*)"),
+    ),
     ("indentless block list", "allowed-tools:\n- Read\n- Grep", ("Read", "Grep")),
-    ("spec string", "allowed-tools: Bash(git:*) Bash(jq:*) Read", ("Bash(git:*)", "Bash(jq:*)", "Read")),
+    (
+        "spec string",
+        "allowed-tools: Bash(git:*) Bash(jq:*) Read",
+        ("Bash(git:*)", "Bash(jq:*)", "Read"),
+    ),
     ("commas and a comment", "allowed-tools: Read, Grep     # pre-approved", ("Read", "Grep")),
     ("parentheses keep spaces", "allowed-tools: Bash(git log:*) Read", ("Bash(git log:*)", "Read")),
     ("quoted string", "allowed-tools: 'Read Grep'", ("Read", "Grep")),
@@ -154,7 +172,7 @@ def test_line_endings_bom_and_closing_forms() -> None:
     assert parse("---\nname: demo\ndescription: d\n---") == expected  # closes at EOF
     assert parse("---  \nname: demo\ndescription: d\n---  \n") == expected  # trailing spaces
     assert parse(doc("name: demo\ndescription: d").encode()) == expected
-    assert parse(bytearray(doc("name: demo\ndescription: d").encode())) == expected
+    assert parse(bytearray(doc("name: demo\ndescription: d").encode())) == expected  # type: ignore[arg-type]
 
 
 def test_comments_and_blank_lines_anywhere_outside_values() -> None:
@@ -244,11 +262,21 @@ REJECTIONS: list[tuple[str, str | bytes, str, int | None]] = [
     ("name too long", doc(f"name: {'a' * 65}\n{D}"), "name is 65 characters; it must be 1..64", 2),
     ("name empty string", doc(f"name: ''\n{D}"), "name is 0 characters", 2),
     ("name on two lines", doc(f'name: "a\\nb"\n{D}'), "one line of printable", 2),
-    ("description too long", doc(f"{N}\ndescription: {'d' * 1025}"), "1025 characters; the limit is 1024", 3),
+    (
+        "description too long",
+        doc(f"{N}\ndescription: {'d' * 1025}"),
+        "1025 characters; the limit is 1024",
+        3,
+    ),
     ("description blank", doc(f"{N}\ndescription: ' '"), "description is empty", 3),
     ("description control", doc(f'{N}\ndescription: "a\\eb"'), "control characters", 3),
     ("description is a bool", doc(f"{N}\ndescription: off"), "as a bool", 3),
-    ("colon in plain value", doc(f"{N}\ndescription: Use when: asked"), "': ' inside an unquoted value", 3),
+    (
+        "colon in plain value",
+        doc(f"{N}\ndescription: Use when: asked"),
+        "': ' inside an unquoted value",
+        3,
+    ),
     ("colon at end of plain", doc(f"{N}\ndescription: Use when:"), "': ' inside", 3),
     ("colon on a continuation line", doc(f"{N}\ndescription: a\n  b: c"), "': ' inside", 4),
     ("missing name", doc(D), "missing required key 'name'", None),
@@ -264,30 +292,81 @@ REJECTIONS: list[tuple[str, str | bytes, str, int | None]] = [
     ("tools int item", doc(f"{N}\n{D}\nallowed-tools:\n  - 1"), "YAML reads '1' as a int", 5),
     ("tools empty item", doc(f"{N}\n{D}\nallowed-tools: ['']"), "has an empty item", 4),
     ("tools null item", doc(f"{N}\n{D}\nallowed-tools:\n  -\n  - a"), "has no value", 5),
-    ("tools item on next line", doc(f"{N}\n{D}\nallowed-tools:\n  -\n    a"), "must start on its '-'", 6),
-    ("tools list of maps", doc(f"{N}\n{D}\nallowed-tools:\n  - a: b"), "list items must be scalars", 5),
+    (
+        "tools item on next line",
+        doc(f"{N}\n{D}\nallowed-tools:\n  -\n    a"),
+        "must start on its '-'",
+        6,
+    ),
+    (
+        "tools list of maps",
+        doc(f"{N}\n{D}\nallowed-tools:\n  - a: b"),
+        "list items must be scalars",
+        5,
+    ),
     ("tools unbalanced", doc(f"{N}\n{D}\nallowed-tools: Bash(git"), "unbalanced '('", 4),
     ("tools is a map", doc(f"{N}\n{D}\nallowed-tools:\n  a: b"), "not a mapping", 4),
-    ("metadata float", doc(f"{N}\n{D}\nmetadata:\n  version: 1.0"), "'metadata.version': YAML reads '1.0'", 5),
+    (
+        "metadata float",
+        doc(f"{N}\n{D}\nmetadata:\n  version: 1.0"),
+        "'metadata.version': YAML reads '1.0'",
+        5,
+    ),
     ("metadata bool", doc(f"{N}\n{D}\nmetadata:\n  country: NO"), "as a bool", 5),
-    ("metadata nested", doc(f"{N}\n{D}\nmetadata:\n  a:\n    b: c"), "'metadata.a' must be a string", 5),
+    (
+        "metadata nested",
+        doc(f"{N}\n{D}\nmetadata:\n  a:\n    b: c"),
+        "'metadata.a' must be a string",
+        5,
+    ),
     ("metadata list", doc(f"{N}\n{D}\nmetadata: [a]"), "'metadata' must be a mapping", 4),
     ("unknown key, anchor", doc(f"{N}\n{D}\nx: &a b"), "anchors", 4),
-    ("unknown key, list of maps", doc(f"{N}\n{D}\nhooks:\n  - a: b"), "list items must be scalars", 5),
+    (
+        "unknown key, list of maps",
+        doc(f"{N}\n{D}\nhooks:\n  - a: b"),
+        "list items must be scalars",
+        5,
+    ),
     ("indentation indicator", doc(f"{N}\ndescription: |2\n   a"), "indentation indicators", 3),
-    ("text after block header", doc(f"{N}\ndescription: |x\n  a"), "after the block scalar indicator", 3),
-    ("unterminated quote", doc(f"{N}\ndescription: 'abc\n  def"), "unterminated '-quoted string", 3),
+    (
+        "text after block header",
+        doc(f"{N}\ndescription: |x\n  a"),
+        "after the block scalar indicator",
+        3,
+    ),
+    (
+        "unterminated quote",
+        doc(f"{N}\ndescription: 'abc\n  def"),
+        "unterminated '-quoted string",
+        3,
+    ),
     ("text after quote", doc(f'{N}\ndescription: "a" b'), "after the closing quote", 3),
     ("comment glued to quote", doc(f'{N}\ndescription: "a"#c'), "after the closing quote", 3),
     ("unknown escape", doc(f'{N}\ndescription: "a\\qb"'), "invalid escape '\\q'", 3),
     ("short hex escape", doc(f'{N}\ndescription: "\\u12"'), "invalid escape '\\u12\"'", 3),
     ("surrogate escape", doc(f'{N}\ndescription: "\\ud800"'), "not a valid character", 3),
     ("indented top level", doc(f"  {N}\n  {D}"), "top-level keys must not be indented", 2),
-    ("stray indentation", doc(f"{N}\n{D}\n  more"), "unexpected indentation", 4),
-    ("continuation after comment", doc(f"{N}\ndescription: a # c\n  b"), "unexpected indentation", 4),
+    (
+        "stray indentation",
+        doc(f"{N}\n{D}\nallowed-tools: [a]\n  more"),
+        "unexpected indentation",
+        5,
+    ),
+    ("empty block scalar", doc(f"{N}\ndescription: |"), "description is empty", 3),
+    (
+        "continuation after comment",
+        doc(f"{N}\ndescription: a # c\n  b"),
+        "unexpected indentation",
+        4,
+    ),
     ("continuation after quote", doc(f"{N}\ndescription: 'a'\n  b"), "unexpected indentation", 4),
     ("list where a key belongs", doc(f"{N}\n{D}\n- a"), "a list item where a 'key: value' line", 4),
-    ("list on the key line", doc(f"{N}\n{D}\nallowed-tools: - a"), "must start on the line after", 4),
+    (
+        "list on the key line",
+        doc(f"{N}\n{D}\nallowed-tools: - a"),
+        "must start on the line after",
+        4,
+    ),
     ("bool key", doc(f"{N}\n{D}\nyes: x"), "key 'yes' would be read by YAML as a bool", 4),
     ("quoted key", doc(f'{N}\n{D}\n"k": v'), "quoted or complex keys", 4),
     ("complex key", doc(f"{N}\n{D}\n? k"), "quoted or complex keys", 4),
@@ -314,20 +393,6 @@ def test_rejections(head: str | bytes, fragment: str, line: int | None) -> None:
     assert str(error) == (error.reason if line is None else f"line {line}: {error.reason}")
 
 
-def test_every_rejection_is_also_refused_or_not_a_string_for_yaml() -> None:
-    # Sanity check of the table: where PyYAML reads the frontmatter at all, it
-    # either fails too or builds something hango cannot take as given.
-    for case, head, _, _ in REJECTIONS:
-        if isinstance(head, bytes) or not head.startswith("---\n") or "\n---\n" not in head:
-            continue
-        text = head[4 : head.index("\n---\n")]
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError:
-            continue
-        assert data != {"name": "demo", "description": "d"}, case
-
-
 def test_non_text_input_is_a_frontmatter_error() -> None:
     error = reject(123)  # type: ignore[arg-type]
     assert error.reason == "expected str or bytes, got int"
@@ -341,7 +406,7 @@ VALID = doc("name: demo\ndescription: d\nallowed-tools: [Read]", body="")
 class GuardedBytes(bytes):
     """Bytes that allow only a slice within the head; any other use fails the test."""
 
-    def __getitem__(self, key: object) -> bytes:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         assert isinstance(key, slice) and key.start is None and key.stop == HEAD_BYTES, key
         return bytes(super().__getitem__(key))
 
@@ -354,9 +419,9 @@ class GuardedBytes(bytes):
 class GuardedStr(str):
     """The same guard for ``str`` input."""
 
-    def __getitem__(self, key: object) -> str:  # type: ignore[override]
+    def __getitem__(self, key: SupportsIndex | slice) -> str:
         assert isinstance(key, slice) and key.start is None and key.stop == HEAD_BYTES, key
-        return str(super().__getitem__(key))  # type: ignore[index]
+        return str(super().__getitem__(key))
 
     def __getattribute__(self, attr: str) -> object:
         if attr not in ("__getitem__", "__class__"):
@@ -419,7 +484,7 @@ def test_frontmatter_not_closed_within_the_head_is_rejected() -> None:
 
 def test_a_closing_line_cut_by_the_head_is_not_trusted() -> None:
     # In the file the line is '----x' (not a marker); the head ends after '---'.
-    head = padded(HEAD_BYTES + 3, closing="---x\n---\n")[:HEAD_BYTES]
+    head = padded(HEAD_BYTES + 6, closing="---x\n---\n")[:HEAD_BYTES]
     assert head.endswith(b"---")
     assert "not closed within" in reject(head).reason
 

@@ -57,9 +57,15 @@ def block(i: int, tag: str = "") -> Block:
     return Block(text, source=f"test:{i}")
 
 
-def request(n: int, system_bps: tuple[int, ...] = (), *, model: str = "hango-sim-1",
-            tools: tuple[ToolSpec, ...] = (), messages: tuple[Message, ...] | None = None,
-            extra: tuple[Breakpoint, ...] = ()) -> Request:
+def request(
+    n: int,
+    system_bps: tuple[int, ...] = (),
+    *,
+    model: str = "hango-sim-1",
+    tools: tuple[ToolSpec, ...] = (),
+    messages: tuple[Message, ...] | None = None,
+    extra: tuple[Breakpoint, ...] = (),
+) -> Request:
     """``n`` system blocks, breakpoints on the given system indices, and a short user turn."""
     msgs = (Message("user", "hi"),) if messages is None else messages
     bps = tuple(Breakpoint("system", i) for i in system_bps) + extra
@@ -73,9 +79,17 @@ def usage3(u: Usage) -> tuple[int, int, int]:
 
 # --- tokens and positions ---
 
+
 def test_count_tokens_is_utf8_bytes_over_four_rounded_up() -> None:
-    assert [count_tokens(s) for s in ["", "abcd", "abcde", "é", "ééé", "🙂", "x" * 400]] == \
-        [0, 1, 2, 1, 2, 1, 100]
+    assert [count_tokens(s) for s in ["", "abcd", "abcde", "é", "ééé", "🙂", "x" * 400]] == [
+        0,
+        1,
+        2,
+        1,
+        2,
+        1,
+        100,
+    ]
 
 
 def test_position_tokens_follow_the_documented_formula() -> None:
@@ -88,23 +102,34 @@ def test_position_tokens_follow_the_documented_formula() -> None:
 def test_tool_use_and_tool_result_runs_are_one_position_each() -> None:
     calls = tuple(ToolCall(f"c{i}", "read_file", {"path": f"{i}.md"}) for i in range(3))
     results = tuple(ToolResult(f"c{i}", "ok") for i in range(3))
-    msgs = (Message("user", "q"), Message("assistant", "looking", tool_calls=calls),
-            Message("user", "and?", tool_results=results))
+    msgs = (
+        Message("user", "q"),
+        Message("assistant", "looking", tool_calls=calls),
+        Message("user", "and?", tool_results=results),
+    )
     labels = [p.label for p in positions(request(1, messages=msgs))]
-    assert labels == ["system[0]", "messages[0].text", "messages[1].text",
-                      "messages[1].tool_use×3", "messages[2].tool_result×3", "messages[2].text"]
+    assert labels == [
+        "system[0]",
+        "messages[0].text",
+        "messages[1].text",
+        "messages[1].tool_use×3",
+        "messages[2].tool_result×3",
+        "messages[2].text",
+    ]
 
 
 def test_collapsed_runs_keep_a_long_tool_turn_inside_the_lookback_window() -> None:
     """25 calls and 25 results are 2 positions, so the previous breakpoint is 3 back, not 51."""
     model = SimulatedModel(clock=Clock())
-    first = request(10, messages=(Message("user", "hi"),),
-                    extra=(Breakpoint("messages", 0),))
+    first = request(10, messages=(Message("user", "hi"),), extra=(Breakpoint("messages", 0),))
     model.complete(first)  # writes at the user turn: 1030 + 8 = 1038
     calls = tuple(ToolCall(f"c{i}", "f") for i in range(25))
     results = tuple(ToolResult(f"c{i}", "ok") for i in range(25))
-    msgs = (Message("user", "hi"), Message("assistant", tool_calls=calls),
-            Message("user", tool_results=results))
+    msgs = (
+        Message("user", "hi"),
+        Message("assistant", tool_calls=calls),
+        Message("user", tool_results=results),
+    )
     second = request(10, messages=msgs, extra=(Breakpoint("messages", 2),))
     use = sum(p.tokens for p in positions(second)[-2:])
     # each call: '{"input":{},"name":"f"}' = 23 chars -> 6 + 3 = 9; x25, +4 for the message
@@ -121,15 +146,27 @@ def test_a_messages_breakpoint_marks_the_last_block_of_its_message() -> None:
     assert usage3(u) == (0, 1030 + 17 + 103, 0)
 
 
+def test_message_boundaries_are_part_of_the_prompt() -> None:
+    one = (Message("user", "a", tool_results=(ToolResult("c1", "r"),)),)
+    two = (Message("user", tool_results=(ToolResult("c1", "r"),)), Message("user", "a"))
+    model = SimulatedModel(clock=Clock(), min_cacheable=1)
+    model.complete(request(1, messages=one, extra=(Breakpoint("messages", 0),)))
+    r = model.complete(request(1, messages=two, extra=(Breakpoint("messages", 1),)))
+    assert r.usage.cache_read_input_tokens == 0
+    assert r.diagnostics == CacheDiagnostics("messages_changed", SYS + 8 + 4)  # result, text
+
+
 def test_block_source_is_not_part_of_the_prompt() -> None:
     model = SimulatedModel(clock=Clock())
     model.complete(request(10, (9,)))
-    renamed = dataclasses.replace(request(10, (9,)), system=tuple(
-        Block(b.text, "elsewhere") for b in request(10).system))
+    renamed = dataclasses.replace(
+        request(10, (9,)), system=tuple(Block(b.text, "elsewhere") for b in request(10).system)
+    )
     assert model.complete(renamed).usage.cache_read_input_tokens == 1030
 
 
 # --- the documented worked examples (§1.4) ---
+
 
 def test_worked_example_turns_one_two_three() -> None:
     model = SimulatedModel(clock=Clock())
@@ -153,11 +190,12 @@ def test_a_second_breakpoint_at_fifteen_fixes_turn_three() -> None:
     turn3 = model.complete(request(35, (14, 34)))
     assert usage3(turn3.usage) == (15 * SYS, 20 * SYS, HI)
     assert turn3.diagnostics == CacheDiagnostics(None)
+    assert model.traces[-1].hits == (14,)  # the walk stops at its first hit (10 is not read)
+    assert model.traces[-1].writes == (34,)
 
 
 @pytest.mark.parametrize(("blocks", "read"), [(34, 15 * SYS), (35, 0)])
-def test_lookback_counts_the_breakpoint_itself_as_the_first_of_twenty(blocks: int,
-                                                                     read: int) -> None:
+def test_lookback_counts_the_breakpoint_itself_as_the_first_of_twenty(blocks: int, read: int) -> None:
     model = SimulatedModel(clock=Clock())
     model.complete(request(15, (14,)))
     u = model.complete(request(blocks, (blocks - 1,))).usage
@@ -168,10 +206,13 @@ def test_entries_are_written_only_at_breakpoints() -> None:
     """Reads look for prior *writes*, not stable content: block 10 was never a breakpoint."""
     model = SimulatedModel(clock=Clock())
     model.complete(request(12, (11,)))  # writes at 12 only
-    u = model.complete(request(11, (10,)).__class__(  # same first 10 blocks, new 11th
-        "hango-sim-1", (), (*request(10).system, block(10, "changed")), (Message("user", "hi"),),
-        (Breakpoint("system", 10),))).usage
+    edited = dataclasses.replace(
+        request(11, (10,)),  # blocks 1-10 unchanged, a new 11th
+        system=(*request(10).system, block(10, "changed")),
+    )
+    u = model.complete(edited).usage
     assert usage3(u) == (0, 11 * SYS, HI)
+    assert model.traces[-1].hits == ()
 
 
 def test_common_mistake_breakpoint_on_a_block_that_changes_every_call() -> None:
@@ -193,6 +234,7 @@ def test_common_mistake_breakpoint_on_a_block_that_changes_every_call() -> None:
 
 # --- minimum cacheable length ---
 
+
 def test_a_prefix_below_the_minimum_caches_nothing() -> None:
     model = SimulatedModel(clock=Clock())
     for _ in range(2):  # nothing was written, so the second call cannot read either
@@ -202,8 +244,7 @@ def test_a_prefix_below_the_minimum_caches_nothing() -> None:
 
 
 @pytest.mark.parametrize(("minimum", "written"), [(3 * SYS, 3 * SYS), (3 * SYS + 1, 0)])
-def test_the_minimum_is_on_the_cumulative_prefix_and_inclusive(minimum: int,
-                                                               written: int) -> None:
+def test_the_minimum_is_on_the_cumulative_prefix_and_inclusive(minimum: int, written: int) -> None:
     model = SimulatedModel(clock=Clock(), min_cacheable=minimum)
     assert model.complete(request(3, (2,))).usage.cache_creation_input_tokens == written
     assert model.complete(request(3, (2,))).usage.cache_read_input_tokens == written
@@ -216,14 +257,15 @@ def test_minimums_come_from_the_data_table() -> None:
     assert min_cacheable_tokens("claude-opus-4-5-20251101") == 4096  # longest prefix wins
     assert min_cacheable_tokens("claude-opus-4-20250514") == 1024
     assert min_cacheable_tokens("some-new-model") == 1024
-    assert all(row.source and row.as_of for row in MIN_CACHEABLE.values())
-    assert all(row.source and row.as_of for row in PRICES.values())
+    assert all(row.source and row.checked for row in MIN_CACHEABLE.values())
+    assert all(row.source and row.checked for row in PRICES.values())
     haiku = SimulatedModel("claude-haiku-4-5", clock=Clock())
     r = haiku.complete(request(10, (9,), model="claude-haiku-4-5"))
     assert usage3(r.usage) == (0, 0, 1030 + HI)  # 1030 < 4096
 
 
 # --- lifetime ---
+
 
 @pytest.mark.parametrize(("later", "read"), [(299.5, 1030), (300.5, 0)])
 def test_entries_expire_five_minutes_after_the_request_started(later: float, read: int) -> None:
@@ -265,12 +307,18 @@ def test_one_hour_ttl() -> None:
 
 def test_mixed_ttls_split_the_write_and_the_cost() -> None:
     model = SimulatedModel(clock=Clock())
-    mixed = request(10, extra=(Breakpoint("system", 4, ttl="1h"), Breakpoint("system", 9)))
+    mixed = request(20, extra=(Breakpoint("system", 9, ttl="1h"), Breakpoint("system", 19)))
     u = model.complete(mixed).usage
-    assert (u.cache_creation_input_tokens, u.cache_creation_1h_input_tokens) == (1030, 515)
-    # $3/M: 8 uncached + 515 * 1.25 + 515 * 2 input, and output at $15/M
-    expected = (3 * (8 + 515 * 1.25 + 515 * 2) + 15 * u.output_tokens) / 1e6
+    assert (u.cache_creation_input_tokens, u.cache_creation_1h_input_tokens) == (2060, 1030)
+    # $3/M: 8 uncached + 1030 at 1.25 (5m) + 1030 at 2 (1h), and output at $15/M
+    expected = (3 * (8 + 1030 * 1.25 + 1030 * 2) + 15 * u.output_tokens) / 1e6
     assert cost(u, "hango-sim-1") == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_one_hour_breakpoint_below_the_minimum_writes_nothing_at_one_hour() -> None:
+    model = SimulatedModel(clock=Clock())
+    u = model.complete(request(10, extra=(Breakpoint("system", 4, ttl="1h"), Breakpoint("system", 9)))).usage
+    assert (u.cache_creation_input_tokens, u.cache_creation_1h_input_tokens) == (1030, 0)
 
 
 def test_a_one_hour_breakpoint_after_a_five_minute_one_is_rejected() -> None:
@@ -281,6 +329,7 @@ def test_a_one_hour_breakpoint_after_a_five_minute_one_is_rejected() -> None:
 
 # --- usage and limits ---
 
+
 def test_input_tokens_are_only_the_uncached_tail() -> None:
     tail = Message("user", "q" * 4000)  # 1000 + 3 + 4
     model = SimulatedModel(clock=Clock())
@@ -288,8 +337,7 @@ def test_input_tokens_are_only_the_uncached_tail() -> None:
     assert usage3(u) == (0, 1030, 1007)
     u = model.complete(request(10, (9,), messages=(tail,))).usage
     assert usage3(u) == (1030, 0, 1007)
-    assert u.total_input_tokens == 2037 == sum(p.tokens for p in positions(
-        request(10, messages=(tail,))))
+    assert u.total_input_tokens == 2037 == sum(p.tokens for p in positions(request(10, messages=(tail,))))
 
 
 def test_more_than_four_breakpoints_is_the_providers_error() -> None:
@@ -314,18 +362,20 @@ def test_multi_turn_conversation_reads_the_history_and_writes_the_new_turns() ->
     reads = []
     for i in range(3):
         history.append(Message("user", f"question {i} " + "q" * 388))  # 400 chars: 100 + 7
-        req = request(10, (9,), messages=tuple(history),
-                      extra=(Breakpoint("messages", len(history) - 1),))
+        req = request(10, (9,), messages=tuple(history), extra=(Breakpoint("messages", len(history) - 1),))
         r = model.complete(req)
         history.append(Message("assistant", r.text))
         reads.append(usage3(r.usage))
         assert r.usage.input_tokens == 0
-    reply = count_tokens("(hango-sim) You said: question 0 " + "q" * 45 + "…") + 7
+    assert history[1].text == "(hango-sim) You said: question 0 " + "q" * 68 + "…"
+    reply = 33  # 22 + 11 + 68 + 3 bytes ("…" is 3) = 104 -> 26, + 3 + 4
     assert reads[0] == (0, 1030 + 107, 0)
-    assert reads[1] == (1030 + 107, reply + 107, 0)
+    assert reads[1] == (1030 + 107, reply + 107, 0)  # read up to turn 1, write reply + turn 2
+    assert reads[2] == (1030 + 107 + reply + 107, reply + 107, 0)
 
 
 # --- scope and diagnostics ---
+
 
 def test_caches_are_scoped_to_the_model() -> None:
     store = CacheStore()
@@ -361,17 +411,21 @@ THROUGH_SYSTEM = sum(p.tokens for p in BASE_POS[:12])
 CACHED = sum(p.tokens for p in BASE_POS)
 
 
-@pytest.mark.parametrize(("change", "reason", "read"), [
-    ({}, None, CACHED),
-    ({"tools": (ToolSpec("read", "Read any file."), TOOLS[1])}, "tools_changed", 0),
-    ({"tools": (*TOOLS, ToolSpec("ls", "List."))}, "tools_changed", 0),
-    ({"tools": TOOLS[::-1]}, "tools_changed", 0),
-    ({"system": (block(0, "edited"), *request(10).system[1:])}, "system_changed", 0),
-    ({"messages": (Message("user", "hey"), *CONVO[1:])}, "messages_changed", THROUGH_SYSTEM),
-    ({"messages": CONVO[:2] + (Message("user", "less"),)}, "messages_changed", THROUGH_SYSTEM),
-])
-def test_diagnostics_name_the_first_changed_tier(change: dict[str, object], reason: str | None,
-                                                 read: int) -> None:
+@pytest.mark.parametrize(
+    ("change", "reason", "read"),
+    [
+        ({}, None, CACHED),
+        ({"tools": (ToolSpec("read", "Read any file."), TOOLS[1])}, "tools_changed", 0),
+        ({"tools": (*TOOLS, ToolSpec("ls", "List."))}, "tools_changed", 0),
+        ({"tools": TOOLS[::-1]}, "tools_changed", 0),
+        ({"system": (block(0, "edited"), *request(10).system[1:])}, "system_changed", 0),
+        ({"messages": (Message("user", "hey"), *CONVO[1:])}, "messages_changed", THROUGH_SYSTEM),
+        ({"messages": (*CONVO[:2], Message("user", "less"))}, "messages_changed", THROUGH_SYSTEM),
+    ],
+)
+def test_diagnostics_name_the_first_changed_tier(
+    change: dict[str, object], reason: str | None, read: int
+) -> None:
     model = SimulatedModel(clock=Clock())
     model.complete(base_request())
     r = model.complete(base_request(**change))
@@ -382,9 +436,10 @@ def test_diagnostics_name_the_first_changed_tier(change: dict[str, object], reas
 def test_appending_turns_is_not_a_miss() -> None:
     model = SimulatedModel(clock=Clock())
     model.complete(base_request())
-    longer = CONVO + (Message("assistant", "ok"), Message("user", "go on"))
-    r = model.complete(base_request(messages=longer, breakpoints=(
-        Breakpoint("system", 9), Breakpoint("messages", 4))))
+    longer = (*CONVO, Message("assistant", "ok"), Message("user", "go on"))
+    r = model.complete(
+        base_request(messages=longer, breakpoints=(Breakpoint("system", 9), Breakpoint("messages", 4)))
+    )
     assert r.usage.cache_read_input_tokens == CACHED
     assert r.diagnostics == CacheDiagnostics(None)
 
@@ -397,19 +452,22 @@ def test_no_breakpoint_means_no_diagnostics_and_no_caching() -> None:
 
 # --- replies ---
 
+
 def test_script_replies_in_order_with_deterministic_call_ids() -> None:
-    model = SimulatedModel(clock=Clock(), policy=[
-        "hello",
-        [tool_call("read_file", {"path": "a.md"}), tool_call("ls")],
-        Reply("both", (ToolCall("mine", "ls"),)),
-        lambda req: f"I see {len(req.system)} system blocks",
-        [tool_call("ls")],
-    ])
+    model = SimulatedModel(
+        clock=Clock(),
+        policy=[
+            "hello",
+            [tool_call("read_file", {"path": "a.md"}), tool_call("ls")],
+            Reply("both", (ToolCall("mine", "ls"),)),
+            lambda req: f"I see {len(req.system)} system blocks",
+            [tool_call("ls")],
+        ],
+    )
     r = [model.complete(request(2)) for _ in range(5)]
     assert (r[0].text, r[0].tool_calls, r[0].stop_reason) == ("hello", (), "end_turn")
     assert r[0].usage.output_tokens == 2
-    assert r[1].tool_calls == (ToolCall("call_1", "read_file", {"path": "a.md"}),
-                               ToolCall("call_2", "ls"))
+    assert r[1].tool_calls == (ToolCall("call_1", "read_file", {"path": "a.md"}), ToolCall("call_2", "ls"))
     assert r[1].stop_reason == "tool_use"
     # '{"input":{"path":"a.md"},"name":"read_file"}' = 44 -> 11; '{"input":{},"name":"ls"}' -> 6
     assert r[1].usage.output_tokens == 17
@@ -422,13 +480,20 @@ def test_script_replies_in_order_with_deterministic_call_ids() -> None:
 
 
 def test_default_policy_is_deterministic_text() -> None:
-    convo = (Message("user", "q"), Message("assistant", tool_calls=(ToolCall("c1", "ls"),)),
-             Message("user", tool_results=(ToolResult("c1", "a.md b.md"),)))
+    convo = (
+        Message("user", "q"),
+        Message("assistant", tool_calls=(ToolCall("c1", "ls"),)),
+        Message("user", tool_results=(ToolResult("c1", "a.md b.md"),)),
+    )
     answers = []
     for _ in range(2):
         model = SimulatedModel(clock=Clock())
-        answers.append((model.complete(request(1, messages=(Message("user", "Hi there"),))),
-                        model.complete(request(1, messages=convo))))
+        answers.append(
+            (
+                model.complete(request(1, messages=(Message("user", "Hi there"),))),
+                model.complete(request(1, messages=convo)),
+            )
+        )
     assert answers[0] == answers[1]
     first, after_tools = answers[0]
     assert first.text == "(hango-sim) You said: Hi there"
@@ -454,8 +519,13 @@ def test_max_tokens_zero_prewarms_without_using_the_script() -> None:
 
 
 def test_cost_uses_the_multipliers() -> None:
-    u = Usage(input_tokens=1000, cache_creation_input_tokens=2000, cache_read_input_tokens=10000,
-              output_tokens=500, cache_creation_1h_input_tokens=1000)
+    u = Usage(
+        input_tokens=1000,
+        cache_creation_input_tokens=2000,
+        cache_read_input_tokens=10000,
+        output_tokens=500,
+        cache_creation_1h_input_tokens=1000,
+    )
     # 3 * (1000 + 1000*1.25 + 1000*2 + 10000*0.1) / 1e6 + 15 * 500 / 1e6
     assert cost(u, "claude-sonnet-4-6") == pytest.approx(0.02325, rel=1e-12)
     # break-even at two calls for the 5-minute TTL: 1.25 + 0.1 < 2
@@ -465,9 +535,11 @@ def test_cost_uses_the_multipliers() -> None:
 
 # --- a property over random call sequences ---
 
+
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 30), st.integers(0, 29), st.integers(0, 400)),
-                min_size=1, max_size=6))
+@given(
+    st.lists(st.tuples(st.integers(1, 30), st.integers(0, 29), st.integers(0, 400)), min_size=1, max_size=6)
+)
 def test_usage_always_adds_up(calls: list[tuple[int, int, int]]) -> None:
     clock = Clock()
     model = SimulatedModel(clock=clock)
@@ -478,5 +550,7 @@ def test_usage_always_adds_up(calls: list[tuple[int, int, int]]) -> None:
         total = sum(p.tokens for p in positions(req))
         assert u.total_input_tokens == total
         assert min(usage3(u)) >= 0
-        assert u.input_tokens == total - (min(bp, n - 1) + 1) * SYS or \
-            u.cache_creation_input_tokens == u.cache_read_input_tokens == 0
+        assert (
+            u.input_tokens == total - (min(bp, n - 1) + 1) * SYS
+            or u.cache_creation_input_tokens == u.cache_read_input_tokens == 0
+        )

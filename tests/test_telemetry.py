@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +17,7 @@ from opentelemetry.sdk.metrics.export import Gauge, Histogram, InMemoryMetricRea
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import Span, SpanContext, SpanKind, StatusCode
 
 from hango import telemetry as t
 from hango.models.base import CacheDiagnostics, Request, Response, Usage
@@ -32,8 +35,7 @@ class Otel:
     def metrics(self) -> dict[str, Metric]:
         data = self.reader.get_metrics_data()
         assert data is not None
-        return {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics
-                for m in sm.metrics}
+        return {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
 
 
 @pytest.fixture
@@ -48,15 +50,21 @@ def otel() -> Iterator[Otel]:
     mp.shutdown()
 
 
+def context(span: ReadableSpan) -> SpanContext:
+    ctx: SpanContext | None = span.context
+    assert ctx is not None
+    return ctx
+
+
 def request(model: str = "claude-test") -> Request:
     return Request(model=model, tools=(), system=(), messages=(), max_tokens=512)
 
 
-def response(usage: Usage, *, model: str = "claude-test-2026", stop: str = "end_turn",
-             miss: str | None = None) -> Response:
+def response(
+    usage: Usage, *, model: str = "claude-test-2026", stop: str = "end_turn", miss: str | None = None
+) -> Response:
     diagnostics = CacheDiagnostics(miss, missed_input_tokens=100) if miss else None
-    return Response(text="ok", usage=usage, model=model, stop_reason=stop,
-                    diagnostics=diagnostics)
+    return Response(text="ok", usage=usage, model=model, stop_reason=stop, diagnostics=diagnostics)
 
 
 def one_run(tel: t.Telemetry) -> None:
@@ -66,13 +74,16 @@ def one_run(tel: t.Telemetry) -> None:
                 span.add_event(t.EVENT_MEMORY_MISSING, {"path": "/memories/missing.md"})
                 span.set_attribute(t.ATTR_MEMORY_SOURCES, ["/memories/AGENTS.md"])
                 span.set_attribute(t.ATTR_MEMORY_BYTES, 1200)
-            with tel.span(t.SPAN_SKILLS_INDEX, **{t.ATTR_SKILLS_COUNT: 2,
-                                                  t.ATTR_SKILLS_INVALID: 1}) as span:
-                span.add_event(t.EVENT_SKILL_INVALID, {"path": "/skills/bad/SKILL.md",
-                                                       "reason": "no name"})
+            with tel.span(t.SPAN_SKILLS_INDEX, **{t.ATTR_SKILLS_COUNT: 2, t.ATTR_SKILLS_INVALID: 1}) as span:
+                span.add_event(t.EVENT_SKILL_INVALID, {"path": "/skills/bad/SKILL.md", "reason": "no name"})
         with tel.chat_span(request(), "anthropic") as span:
-            tel.record_chat(span, response(Usage(10, 100, 890, 7), stop="tool_use"),
-                            model="claude-test", memory_bytes=1200, skills_count=2)
+            tel.record_chat(
+                span,
+                response(Usage(10, 100, 890, 7), stop="tool_use"),
+                model="claude-test",
+                memory_bytes=1200,
+                skills_count=2,
+            )
             with tel.tool_span("read_file", "toolu_1"):
                 pass
 
@@ -81,8 +92,14 @@ def one_run(tel: t.Telemetry) -> None:
 def test_span_names_kinds_and_parentage(otel: Otel) -> None:
     one_run(otel.telemetry)
     spans = otel.spans()
-    assert set(spans) == {t.SPAN_RUN, t.SPAN_BEFORE_RUN, t.SPAN_MEMORY_LOAD, t.SPAN_SKILLS_INDEX,
-                          "chat claude-test", "execute_tool read_file"}
+    assert set(spans) == {
+        t.SPAN_RUN,
+        t.SPAN_BEFORE_RUN,
+        t.SPAN_MEMORY_LOAD,
+        t.SPAN_SKILLS_INDEX,
+        "chat claude-test",
+        "execute_tool read_file",
+    }
     run, before = spans[t.SPAN_RUN], spans[t.SPAN_BEFORE_RUN]
     assert run.parent is None
     parent_of = {
@@ -95,36 +112,44 @@ def test_span_names_kinds_and_parentage(otel: Otel) -> None:
     for child, parent in parent_of.items():
         span = spans[child]
         assert span.parent is not None and span.context is not None
-        assert span.parent.span_id == spans[parent].context.span_id  # type: ignore[union-attr]
-        assert span.context.trace_id == run.context.trace_id  # type: ignore[union-attr]
+        assert span.parent.span_id == context(spans[parent]).span_id
+        assert span.context.trace_id == context(run).trace_id
     assert spans["chat claude-test"].kind is SpanKind.CLIENT
     for name in (t.SPAN_RUN, t.SPAN_BEFORE_RUN, t.SPAN_MEMORY_LOAD, "execute_tool read_file"):
         assert spans[name].kind is SpanKind.INTERNAL
-    assert all(s.instrumentation_scope is not None and s.instrumentation_scope.name == "hango"
-               for s in spans.values())
+    assert all(
+        s.instrumentation_scope is not None and s.instrumentation_scope.name == "hango"
+        for s in spans.values()
+    )
     assert before.status.status_code is StatusCode.UNSET
     assert [e.name for e in spans[t.SPAN_MEMORY_LOAD].events] == [t.EVENT_MEMORY_MISSING]
-    assert spans[t.SPAN_SKILLS_INDEX].attributes == {t.ATTR_SKILLS_COUNT: 2,
-                                                     t.ATTR_SKILLS_INVALID: 1}
+    assert spans[t.SPAN_SKILLS_INDEX].attributes == {t.ATTR_SKILLS_COUNT: 2, t.ATTR_SKILLS_INVALID: 1}
 
 
 def test_span_attributes_drop_none_and_keep_sequences(otel: Otel) -> None:
-    with otel.telemetry.span("x", **{"a.none": None, "a.list": ("p", "q"), "a.int": 3,
-                                     "a.obj": CacheDiagnostics("expired")}):
+    with otel.telemetry.span(
+        "x", **{"a.none": None, "a.list": ("p", "q"), "a.int": 3, "a.obj": CacheDiagnostics("expired")}
+    ):
         pass
     attrs = dict(otel.spans()["x"].attributes or {})
     assert "a.none" not in attrs
     assert attrs["a.list"] == ("p", "q")
     assert attrs["a.int"] == 3
-    assert attrs["a.obj"].startswith("CacheDiagnostics(")
+    assert str(attrs["a.obj"]).startswith("CacheDiagnostics(")
 
 
 def test_chat_span_attributes(otel: Otel) -> None:
-    usage = Usage(input_tokens=10, cache_creation_input_tokens=100,
-                  cache_read_input_tokens=890, output_tokens=7)
+    usage = Usage(
+        input_tokens=10, cache_creation_input_tokens=100, cache_read_input_tokens=890, output_tokens=7
+    )
     with otel.telemetry.chat_span(request(), "anthropic") as span:
-        otel.telemetry.record_chat(span, response(usage, stop="tool_use", miss="system_changed"),
-                                   model="claude-test", memory_bytes=1200, skills_count=2)
+        otel.telemetry.record_chat(
+            span,
+            response(usage, stop="tool_use", miss="system_changed"),
+            model="claude-test",
+            memory_bytes=1200,
+            skills_count=2,
+        )
     chat = otel.spans()["chat claude-test"]
     assert chat.kind is SpanKind.CLIENT
     assert dict(chat.attributes or {}) == {
@@ -154,8 +179,9 @@ def test_chat_span_attributes(otel: Otel) -> None:
 
 def test_chat_without_diagnostics_or_response_model(otel: Otel) -> None:
     with otel.telemetry.chat_span(request("m1"), "simulated") as span:
-        otel.telemetry.record_chat(span, response(Usage(5, 0, 0, 1), model=""), model="m1",
-                                   memory_bytes=0, skills_count=0)
+        otel.telemetry.record_chat(
+            span, response(Usage(5, 0, 0, 1), model=""), model="m1", memory_bytes=0, skills_count=0
+        )
     attrs = dict(otel.spans()["chat m1"].attributes or {})
     assert attrs["gen_ai.response.model"] == "m1"
     assert attrs["hango.cache.read_ratio"] == 0.0
@@ -168,17 +194,23 @@ def test_tool_span(otel: Otel) -> None:
     tool = otel.spans()["execute_tool write_file"]
     assert tool.kind is SpanKind.INTERNAL
     assert dict(tool.attributes or {}) == {
-        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "write_file",
-        "gen_ai.tool.call.id": "toolu_9", "gen_ai.tool.type": "function",
-        "hango.tool.error": False}
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "write_file",
+        "gen_ai.tool.call.id": "toolu_9",
+        "gen_ai.tool.type": "function",
+        "hango.tool.error": False,
+    }
 
 
 @pytest.mark.parametrize("kind", ["span", "chat", "tool"])
 def test_exception_is_recorded_and_reraised(otel: Otel, kind: str) -> None:
     tel = otel.telemetry
-    cm = {"span": lambda: tel.span("agent.boom"), "chat": lambda: tel.chat_span(request(), "x"),
-          "tool": lambda: tel.tool_span("t", "c1")}[kind]
-    with pytest.raises(KeyError, match="nope"), cm():
+    cms: dict[str, Callable[[], AbstractContextManager[Span]]] = {
+        "span": lambda: tel.span("agent.boom"),
+        "chat": lambda: tel.chat_span(request(), "x"),
+        "tool": lambda: tel.tool_span("t", "c1"),
+    }
+    with pytest.raises(KeyError, match="nope"), cms[kind]():
         raise KeyError("nope")
     (span,) = otel.exporter.get_finished_spans()
     assert span.status.status_code is StatusCode.ERROR
@@ -194,8 +226,7 @@ def test_noop_providers_do_nothing_and_raise_nothing() -> None:
     with tel.span(t.SPAN_RUN) as span:
         assert not span.is_recording()
         with tel.chat_span(request(), "anthropic") as chat:
-            tel.record_chat(chat, response(Usage(1, 2, 3, 4)), model="m", memory_bytes=1,
-                            skills_count=1)
+            tel.record_chat(chat, response(Usage(1, 2, 3, 4)), model="m", memory_bytes=1, skills_count=1)
     tel.record_memory_load(0.1, 10, 1)
     tel.record_skills(1, 0)
 
@@ -223,8 +254,7 @@ def test_token_counter_by_kind_and_read_ratio(otel: Otel) -> None:
     calls = [Usage(10, 1000, 0, 50), Usage(20, 30, 1000, 60), Usage(0, 0, 0, 0)]
     for usage in calls:
         with tel.chat_span(request(), "anthropic") as span:
-            tel.record_chat(span, response(usage), model="claude-test", memory_bytes=0,
-                            skills_count=0)
+            tel.record_chat(span, response(usage), model="claude-test", memory_bytes=0, skills_count=0)
     got = otel.metrics()
 
     tokens = got[t.METRIC_TOKENS]
@@ -233,8 +263,7 @@ def test_token_counter_by_kind_and_read_ratio(otel: Otel) -> None:
     by_kind = {dict(k)[t.ATTR_TOKEN_KIND]: dp.value for k, dp in points(tokens).items()}
     assert by_kind == {"input": 30, "cache_creation": 1030, "cache_read": 1000, "output": 110}
     assert {dict(k)[t.GEN_AI_REQUEST_MODEL] for k in points(tokens)} == {"claude-test"}
-    exact = by_kind["cache_read"] / (by_kind["input"] + by_kind["cache_creation"]
-                                     + by_kind["cache_read"])
+    exact = by_kind["cache_read"] / (by_kind["input"] + by_kind["cache_creation"] + by_kind["cache_read"])
     assert exact == pytest.approx(1000 / 2060)
 
     ratio = got[t.METRIC_CACHE_READ_RATIO]
@@ -305,45 +334,55 @@ def test_every_instrument_is_created_with_its_spec(otel: Otel) -> None:
 def test_log_run_is_one_info_line_with_extra(otel: Otel, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="hango.test")
     with otel.telemetry.span(t.SPAN_RUN) as span:
-        otel.telemetry.log_run(agent_id="a1", run_id="r-7",
-                               memory_sources=["/memories/AGENTS.md", "/memories/team notes.md"],
-                               memory_bytes=1234, skills_indexed=3, skills_invalid=1)
+        otel.telemetry.log_run(
+            agent_id="a1",
+            run_id="r-7",
+            memory_sources=["/memories/AGENTS.md", "/memories/team notes.md"],
+            memory_bytes=1234,
+            skills_indexed=3,
+            skills_invalid=1,
+        )
     (record,) = [r for r in caplog.records if r.name == "hango.test"]
+    fields = vars(record)
     assert record.levelno == logging.INFO
     assert record.getMessage() == (
-        'hango run agent_id=a1 run_id=r-7 memory_sources=/memories/AGENTS.md,'
-        '"/memories/team notes.md" memory_bytes=1234 skills_indexed=3 skills_invalid=1')
-    assert record.agent_id == "a1" and record.run_id == "r-7"
-    assert record.memory_sources == ["/memories/AGENTS.md", "/memories/team notes.md"]
-    assert (record.memory_bytes, record.skills_indexed, record.skills_invalid) == (1234, 3, 1)
-    assert record.trace_id == trace.format_trace_id(span.get_span_context().trace_id)
+        "hango run agent_id=a1 run_id=r-7 memory_sources=/memories/AGENTS.md,"
+        '"/memories/team notes.md" memory_bytes=1234 skills_indexed=3 skills_invalid=1'
+    )
+    assert fields["agent_id"] == "a1" and fields["run_id"] == "r-7"
+    assert fields["memory_sources"] == ["/memories/AGENTS.md", "/memories/team notes.md"]
+    assert (fields["memory_bytes"], fields["skills_indexed"], fields["skills_invalid"]) == (1234, 3, 1)
+    assert fields["trace_id"] == trace.format_trace_id(span.get_span_context().trace_id)
 
 
 def test_log_run_default_logger_and_no_sources(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="hango")
     t.Telemetry(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider()).log_run(
-        agent_id="a2", run_id="r", memory_sources=[], memory_bytes=0, skills_indexed=0,
-        skills_invalid=0)
+        agent_id="a2", run_id="r", memory_sources=[], memory_bytes=0, skills_indexed=0, skills_invalid=0
+    )
     (record,) = [r for r in caplog.records if r.name == "hango"]
     assert "memory_sources=- memory_bytes=0" in record.getMessage()
     assert not hasattr(record, "trace_id")  # no span: nothing to correlate
 
 
 # --- Prometheus names -----------------------------------------------------------------------------
-@pytest.mark.parametrize(("name", "unit", "kind", "expected"), [
-    # from prometheus/otlptranslator's own documentation examples
-    ("http.server.request.duration", "s", "histogram", "http_server_request_duration_seconds"),
-    ("requests.count", "1", "counter", "requests_count_total"),
-    ("memory.usage", "By", "gauge", "memory_usage_bytes"),
-    ("io.throughput", "By/s", "gauge", "io_throughput_bytes_per_second"),
-    ("cpu.utilization", "1", "gauge", "cpu_utilization_ratio"),
-    ("foo.total", "{request}", "counter", "foo_total"),
-    ("gen_ai.client.token.usage", "{token}", "histogram", "gen_ai_client_token_usage"),
-    # hango's, as the notes table lists them
-    ("hango.memory.bytes", "By", "histogram", "hango_memory_bytes"),
-    ("hango.cache.read_ratio", "1", "gauge", "hango_cache_read_ratio"),
-    ("hango.cache.read_ratio", "1", "histogram", "hango_cache_read_ratio"),
-])
+@pytest.mark.parametrize(
+    ("name", "unit", "kind", "expected"),
+    [
+        # from prometheus/otlptranslator's own documentation examples
+        ("http.server.request.duration", "s", "histogram", "http_server_request_duration_seconds"),
+        ("requests.count", "1", "counter", "requests_count_total"),
+        ("memory.usage", "By", "gauge", "memory_usage_bytes"),
+        ("io.throughput", "By/s", "gauge", "io_throughput_bytes_per_second"),
+        ("cpu.utilization", "1", "gauge", "cpu_utilization_ratio"),
+        ("foo.total", "{request}", "counter", "foo_total"),
+        ("gen_ai.client.token.usage", "{token}", "histogram", "gen_ai_client_token_usage"),
+        # hango's, as the notes table lists them
+        ("hango.memory.bytes", "By", "histogram", "hango_memory_bytes"),
+        ("hango.cache.read_ratio", "1", "gauge", "hango_cache_read_ratio"),
+        ("hango.cache.read_ratio", "1", "histogram", "hango_cache_read_ratio"),
+    ],
+)
 def test_prometheus_name(name: str, unit: str, kind: t.InstrumentKind, expected: str) -> None:
     assert t.prometheus_name(name, unit, kind) == expected
 
@@ -351,50 +390,59 @@ def test_prometheus_name(name: str, unit: str, kind: t.InstrumentKind, expected:
 def test_prometheus_series_of_hango_instruments() -> None:
     series = {spec.name: t.prometheus_series(spec) for spec in t.INSTRUMENTS}
     assert series == {
-        "hango.memory.load.duration": ("hango_memory_load_duration_seconds_bucket",
-                                       "hango_memory_load_duration_seconds_sum",
-                                       "hango_memory_load_duration_seconds_count"),
-        "hango.memory.bytes": ("hango_memory_bytes_bucket", "hango_memory_bytes_sum",
-                               "hango_memory_bytes_count"),
+        "hango.memory.load.duration": (
+            "hango_memory_load_duration_seconds_bucket",
+            "hango_memory_load_duration_seconds_sum",
+            "hango_memory_load_duration_seconds_count",
+        ),
+        "hango.memory.bytes": (
+            "hango_memory_bytes_bucket",
+            "hango_memory_bytes_sum",
+            "hango_memory_bytes_count",
+        ),
         "hango.skills.indexed": ("hango_skills_indexed",),
         "hango.skills.invalid": ("hango_skills_invalid_total",),
-        "hango.cache.read_ratio": ("hango_cache_read_ratio_bucket", "hango_cache_read_ratio_sum",
-                                   "hango_cache_read_ratio_count"),
+        "hango.cache.read_ratio": (
+            "hango_cache_read_ratio_bucket",
+            "hango_cache_read_ratio_sum",
+            "hango_cache_read_ratio_count",
+        ),
         "hango.tokens": ("hango_tokens_total",),
     }
     assert t.prometheus_label("hango.token.kind") == "hango_token_kind"
     assert t.prometheus_label("gen_ai.request.model") == "gen_ai_request_model"
 
 
-# --- configure() ------------------------------------------------------------------------------------
+# --- configure() ---------------------------------------------------------------------------------
 def test_configure_memory_span_tree_is_deterministic() -> None:
     c = t.configure("memory", service_name="hango-test")
     try:
         one_run(c.telemetry)
         with pytest.raises(RuntimeError), c.telemetry.tool_span("rm", "toolu_2"):
             raise RuntimeError("refused")
-        assert c.span_tree() == "\n".join([
-            "agent.run gen_ai.agent.name=a1",
-            "  agent.before_run",
-            "    agent.memory_load hango.memory.bytes=1200 "
-            "hango.memory.sources=[/memories/AGENTS.md]",
-            "      * agent.memory_missing path=/memories/missing.md",
-            "    agent.skills_index hango.skills.count=2 hango.skills.invalid=1",
-            "      * agent.skill_invalid path=/skills/bad/SKILL.md reason=no name",
-            "  chat claude-test [CLIENT] gen_ai.operation.name=chat gen_ai.provider.name=anthropic"
-            " gen_ai.request.max_tokens=512 gen_ai.request.model=claude-test"
-            " gen_ai.response.finish_reasons=[tool_use] gen_ai.response.model=claude-test-2026"
-            " gen_ai.usage.cache_creation.input_tokens=100"
-            " gen_ai.usage.cache_read.input_tokens=890 gen_ai.usage.input_tokens=1000"
-            " gen_ai.usage.output_tokens=7 hango.cache.read_ratio=0.89 hango.memory.bytes=1200"
-            " hango.skills.count=2",
-            "    execute_tool read_file gen_ai.operation.name=execute_tool"
-            " gen_ai.tool.call.id=toolu_1 gen_ai.tool.name=read_file gen_ai.tool.type=function",
-            "execute_tool rm !ERROR RuntimeError: refused error.type=RuntimeError"
-            " gen_ai.operation.name=execute_tool gen_ai.tool.call.id=toolu_2 gen_ai.tool.name=rm"
-            " gen_ai.tool.type=function",
-            "  * exception exception.type=RuntimeError",
-        ])
+        assert c.span_tree() == "\n".join(
+            [
+                "agent.run gen_ai.agent.name=a1",
+                "  agent.before_run",
+                "    agent.memory_load hango.memory.bytes=1200 hango.memory.sources=[/memories/AGENTS.md]",
+                "      * agent.memory_missing path=/memories/missing.md",
+                "    agent.skills_index hango.skills.count=2 hango.skills.invalid=1",
+                "      * agent.skill_invalid path=/skills/bad/SKILL.md reason=no name",
+                "  chat claude-test [CLIENT] gen_ai.operation.name=chat gen_ai.provider.name=anthropic"
+                " gen_ai.request.max_tokens=512 gen_ai.request.model=claude-test"
+                " gen_ai.response.finish_reasons=[tool_use] gen_ai.response.model=claude-test-2026"
+                " gen_ai.usage.cache_creation.input_tokens=100"
+                " gen_ai.usage.cache_read.input_tokens=890 gen_ai.usage.input_tokens=1000"
+                " gen_ai.usage.output_tokens=7 hango.cache.read_ratio=0.89 hango.memory.bytes=1200"
+                " hango.skills.count=2",
+                "    execute_tool read_file gen_ai.operation.name=execute_tool"
+                " gen_ai.tool.call.id=toolu_1 gen_ai.tool.name=read_file gen_ai.tool.type=function",
+                "execute_tool rm !ERROR RuntimeError: refused error.type=RuntimeError"
+                " gen_ai.operation.name=execute_tool gen_ai.tool.call.id=toolu_2 gen_ai.tool.name=rm"
+                " gen_ai.tool.type=function",
+                "  * exception exception.type=RuntimeError",
+            ]
+        )
         timed = c.span_tree(durations=True).splitlines()
         assert timed[0].startswith("agent.run (") and " ms) " in timed[0]
         assert {s.resource.attributes["service.name"] for s in c.spans()} == {"hango-test"}
@@ -410,11 +458,11 @@ def test_configure_memory_metrics_flattened_and_clear() -> None:
         c.telemetry.record_memory_load(0.2, 5000, 1)
         got = c.metrics()
         assert got[t.METRIC_SKILLS_INDEXED] == [
-            {"unit": "{skill}", "attributes": {}, "type": "gauge", "value": 4}]
+            {"unit": "{skill}", "attributes": {}, "type": "gauge", "value": 4}
+        ]
         assert got[t.METRIC_SKILLS_INVALID][0]["value"] == 1
         (load,) = got[t.METRIC_MEMORY_LOAD_DURATION]
-        assert (load["type"], load["count"], load["min"], load["max"]) == ("histogram", 2,
-                                                                            0.002, 0.2)
+        assert (load["type"], load["count"], load["min"], load["max"]) == ("histogram", 2, 0.002, 0.2)
         assert load["bounds"] == t.MEMORY_LOAD_DURATION_BUCKETS_S
         assert len(load["bucket_counts"]) == len(load["bounds"]) + 1
         assert c.metrics() == got  # reading twice does not drain or double anything
@@ -448,7 +496,8 @@ def test_configure_rejects_unknown_mode() -> None:
 
 
 def test_configure_langfuse_without_keys_sends_nothing(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     for var in ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY"):
         monkeypatch.delenv(var, raising=False)
     caplog.set_level(logging.WARNING, logger="hango")
@@ -472,8 +521,7 @@ def test_configure_langfuse_reads_env(monkeypatch: pytest.MonkeyPatch) -> None:
     c = t.configure("langfuse", timeout_s=0.2)
     try:
         assert c.mode == "langfuse" and c.message == ""
-        assert c.destinations == ("http://127.0.0.1:9/api/public/otel/v1/traces",
-                                  "memory (metrics)")
+        assert c.destinations == ("http://127.0.0.1:9/api/public/otel/v1/traces", "memory (metrics)")
         with pytest.raises(RuntimeError, match="spans\\(\\) needs"):
             c.spans()
         c.telemetry.record_skills(2, 0)  # metrics stay inspectable: Langfuse drops OTLP metrics
@@ -486,7 +534,8 @@ def test_langfuse_headers() -> None:
     headers = t.langfuse_headers("pk-lf-hango-local", "sk-lf-hango-local")
     assert headers == {
         "Authorization": "Basic cGstbGYtaGFuZ28tbG9jYWw6c2stbGYtaGFuZ28tbG9jYWw=",
-        "x-langfuse-ingestion-version": "4"}
+        "x-langfuse-ingestion-version": "4",
+    }
 
 
 def test_configure_console_prints(capsys: pytest.CaptureFixture[str]) -> None:
@@ -500,3 +549,19 @@ def test_configure_console_prints(capsys: pytest.CaptureFixture[str]) -> None:
         assert t.METRIC_SKILLS_INDEXED in capsys.readouterr().out
     finally:
         c.shutdown()
+
+
+def test_set_global_makes_default_telemetry_use_the_providers() -> None:
+    # In a child process: the API lets a process set its global providers only once.
+    code = (
+        "from hango import telemetry as t\n"
+        "c = t.configure(set_global=True)\n"
+        "tel = t.Telemetry()\n"
+        "with tel.span(t.SPAN_RUN):\n"
+        "    pass\n"
+        "tel.record_skills(2, 0)\n"
+        "print([s.name for s in c.spans()], c.metrics()[t.METRIC_SKILLS_INDEXED][0]['value'])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['agent.run'] 2"

@@ -263,7 +263,7 @@ _ESCAPES = {
 _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 _HEX = frozenset("0123456789abcdefABCDEF")
 
-_KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./-]{0,127}):(?: |$)")
+_KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./-]{0,127}):(?=[ \t]|$)")
 _NO_PLAIN_START = {
     "{": "flow mappings ('{...}') are not supported",
     "&": "anchors ('&') are not supported",
@@ -433,7 +433,7 @@ class _Parser:
         Line breaks inside the quotes fold as in YAML: one break is a space, each
         blank line a newline, and the whitespace around a break is dropped.
         """
-        quote, text = text[0], text[1:]
+        quote, text, start = text[0], text[1:], line
         chunks: list[str] = []
         while True:
             i, broke = 0, False
@@ -465,7 +465,7 @@ class _Parser:
             while self.pos < len(self.lines) and not self.lines[self.pos].raw.strip(" \t"):
                 blanks, self.pos = blanks + 1, self.pos + 1
             if self.pos == len(self.lines):
-                raise FrontmatterError(f"unterminated {quote}-quoted string", line.number)
+                raise FrontmatterError(f"unterminated {quote}-quoted string", start.number)
             chunks.append("\n" * blanks if blanks or broke else " ")
             line = self.lines[self.pos]
             text = line.raw.lstrip(" \t")
@@ -521,13 +521,10 @@ class _Parser:
     def flow(self, text: str, line: _Line) -> _Seq:
         """A one-line flow list ``[a, 'b c', "d"]`` of scalars."""
         items: list[_Scalar] = []
-        i = 1
-        while True:
-            i = _skip(text, i)
+        i = _skip(text, 1)
+        while text[i : i + 1] != "]":
             if i == len(text) or text[i] == "#":
                 raise FrontmatterError("a flow list must close with ']' on its line", line.number)
-            if text[i] == "]":
-                break
             if text[i] in "\"'":
                 value, rest, _ = self.quoted(text[i:], line, multiline=False)
                 items.append(_Scalar(value, "str", line.number))
@@ -537,8 +534,8 @@ class _Parser:
                 i += len(items[-1].value)
             i = _skip(text, i)
             if text[i : i + 1] == ",":
-                i += 1
-            elif text[i : i + 1] != "]":
+                i = _skip(text, i + 1)
+            elif i < len(text) and text[i] != "]":
                 raise FrontmatterError("expected ',' or ']' in flow list", line.number)
         _check_tail(text[i + 1 :], line, "']'")
         return _Seq(tuple(items), line.number)
@@ -552,7 +549,7 @@ def _flow_plain(text: str, i: int, line: _Line) -> _Scalar:
     item = text[i:end].rstrip(" ")
     if not item:
         raise FrontmatterError("empty item in flow list", line.number)
-    if item[0] in "-?:#&*!|>%@`" and not (item[0] == "-" and item[1:2] not in ("", " ")):
+    if item[0] in "[{}-?:#&*!|>%@`" and not (item[0] == "-" and item[1:2] not in ("", " ")):
         raise FrontmatterError(f"a flow list item cannot start with {item[0]!r}", line.number)
     bad = next((c for c in "[]{}?\t" if c in item), None)
     if bad or " #" in item or ": " in item or item.endswith(":"):

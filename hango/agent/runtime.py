@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
 from hango.agent.hooks import Event, RunContext, Tool
 from hango.agent.stack import Stack
@@ -197,7 +196,3 @@ def default_stack(agent: Agent) -> Stack:
         memory=MemoryMiddleware(max_bytes=agent.settings.memory_max_bytes,
                                 settings=agent.settings),
     )
-
-
-def with_result(result: RunResult, **changes: Any) -> RunResult:
-    return replace(result, **changes)

@@ -36,12 +36,16 @@ import psycopg
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi import Path as UrlPath
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hango.agents import (
@@ -250,7 +254,21 @@ def _agent(
     return _Agent(_db(request), principal, agent_id)
 
 
-def _file_path(request: Request, path: str) -> str:
+_PATH_RULES = (
+    "The file's path without its leading /: `memories/AGENTS.md`. Segments are separated by a "
+    "plain / (an encoded %2F is refused); no empty, `.` or `..` segment (refused, never "
+    "resolved); no backslash, control, invisible or unassigned character; at most 255 bytes a "
+    "segment and 1024 bytes in all. Only an owner or admin writes under `memories/` and `skills/`."
+)
+# Necessary, not sufficient: JSON Schema cannot say "Unicode category Cf" or "255 UTF-8 bytes".
+_PATH_SHAPE = r"^[^/\\\x00-\x1f\x7f-\x9f]+(/[^/\\\x00-\x1f\x7f-\x9f]+)*$"
+
+
+def _file_path(
+    request: Request,
+    path: Annotated[str, UrlPath(description=_PATH_RULES,
+                                 json_schema_extra={"pattern": _PATH_SHAPE})],
+) -> str:
     """The file path from the URL: checked, never resolved."""
     raw: bytes = request.scope.get("raw_path") or b""
     if b"%2f" in raw.lower():
@@ -271,9 +289,10 @@ _VERSION_TAG = re.compile(r'\s*"(\d{1,18})"\s*')
 
 def _if_match(
     if_match: Annotated[str | None, Header(
-        description='Write only at this version: "3". "0" means create only.')] = None,
+        description='Write only at this version: "3". "0" means create only.'),
+        WithJsonSchema({"type": "string", "pattern": r'^\s*("\d{1,18}"\s*)?$'})] = None,
 ) -> int | None:
-    if if_match is None:
+    if if_match is None or not if_match.strip():
         return None
     found = _VERSION_TAG.fullmatch(if_match)
     if found is None:
@@ -285,9 +304,10 @@ def _if_match(
 def _put_precondition(
     if_match: Annotated[int | None, Depends(_if_match)],
     if_none_match: Annotated[str | None, Header(
-        description="`*`: create only, refuse (412) if the file exists.")] = None,
+        description="`*`: create only, refuse (412) if the file exists."),
+        WithJsonSchema({"type": "string", "pattern": r"^\s*\*?\s*$"})] = None,
 ) -> int | None:
-    if if_none_match is None:
+    if if_none_match is None or not if_none_match.strip():
         return if_match
     if if_none_match.strip() != "*":
         raise HTTPException(422, f"If-None-Match supports only * (create only), "
@@ -350,7 +370,8 @@ async def _read_text(request: Request) -> str:
     FILE_ROUTE,
     summary="Create or replace a file",
     response_model=FileVersion,
-    openapi_extra={"requestBody": {"required": True, "content": {
+    openapi_extra={"requestBody": {"required": False, "description": "The whole new content "
+                   "as UTF-8 text; no body writes an empty file.", "content": {
         "text/plain": {"schema": {"type": "string"}}}}},
     responses={200: {"description": "Replaced.", "headers": _ETAG},
                201: {"model": FileVersion, "description": "Created.", "headers": _ETAG},
@@ -445,9 +466,11 @@ def delete_file(
 )
 def list_files(
     agent: Annotated[_Agent, Depends(_agent)],
-    dir: Annotated[str | None, Query(description="A directory, default /.")] = None,
-    glob: Annotated[str | None, Query(description="A pattern: * and ? within a segment, "
-                                                   "** across segments.")] = None,
+    dir: Annotated[str | None, Query(description="A directory, default /.",
+                                     json_schema_extra={"pattern": "^/"})] = None,
+    glob: Annotated[str | None, Query(description="An absolute pattern: * and ? within a "
+                                                   "segment, ** across segments.",
+                                      json_schema_extra={"pattern": "^/"})] = None,
 ) -> Listing:
     if dir is not None and glob is not None:
         raise HTTPException(422, "give ?dir= or ?glob=, not both")
@@ -528,6 +551,24 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
         message = str(exc) if isinstance(exc, DatabaseError) else f"database unavailable: {exc}"
         return JSONResponse({"detail": message}, 503, headers={"Retry-After": "5"})
 
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 405:  # Allow every method of the path, not one route's
+            allowed = sorted({method for route in app.router.routes
+                              if isinstance(route, APIRoute)
+                              and route.matches(request.scope)[0] is not Match.NONE
+                              for method in route.methods or ()})
+            return JSONResponse({"detail": f"method {request.method} is not allowed here; "
+                                           f"allowed: {', '.join(allowed)}"},
+                                405, headers={"Allow": ", ".join(allowed)})
+        if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not read JSON
+            cause = exc.__cause__
+            why = (f"it is not UTF-8 (byte {cause.start} is invalid)"
+                   if isinstance(cause, UnicodeDecodeError) else str(cause))
+            return JSONResponse({"detail": f"the JSON body could not be read: {why}"}, 422)
+        return await http_exception_handler(request, exc)
+
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation)
     app.add_exception_handler(DatabaseError, unavailable)
     app.add_exception_handler(psycopg.OperationalError, unavailable)

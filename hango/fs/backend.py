@@ -300,7 +300,7 @@ class PostgresBackend:
         if not isinstance(pattern, str) or not pattern.startswith("/"):
             raise ValueError(f"glob pattern must be absolute, got {pattern!r}")
         try:  # with its wildcards set aside, a pattern obeys the path rules (no NUL, no '..')
-            clean(re.sub(r"[*?]", "x", pattern))
+            clean_dir(re.sub(r"[*?]", "x", pattern))
         except PathError as exc:
             raise PathError(pattern, exc.rule) from None
         literal = re.split(r"[*?]", pattern, maxsplit=1)[0]

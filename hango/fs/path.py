@@ -68,6 +68,8 @@ def _segments(path: object, *, directory: bool) -> list[str]:
     body = path[1:]
     if directory and body.endswith("/"):
         body = body[:-1]
+        if body == "":  # "//": the root spelled with an empty segment
+            raise PathError(path, "empty segment (//) is not allowed")
     elif not directory and (path == "/" or body.endswith("/")):
         raise PathError(path, "a file path must not end with /")
     if directory and body == "":
@@ -127,10 +129,7 @@ def validate_source(value: object, prefix: str) -> str:
     Memory sources are files (``/memories/AGENTS.md``); skills sources are directories
     (``/skills/`` or ``/skills/team/``), returned with a trailing ``/``.
     """
-    if prefix == PREFIX_SKILLS:
-        cleaned = clean_dir(value)
-    else:
-        cleaned = clean(value)
+    cleaned = clean_dir(value) if prefix == PREFIX_SKILLS else clean(value)
     if not cleaned.startswith(prefix):
         raise PathError(value, f"must be under {prefix}")
     return cleaned

