@@ -15,14 +15,14 @@ $(BIN)/.hango-installed: pyproject.toml
 install: $(BIN)/.hango-installed
 
 lab: install
-	$(BIN)/jupyter lab notebooks/
+	IPYKERNEL_CELL_NAME="<IPY-INPUT>" $(BIN)/jupyter lab notebooks/
 
 lint: install
 	$(BIN)/ruff check hango tests bench
 	$(BIN)/mypy --strict hango
 
 test: lint
-	$(BIN)/pytest -q --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg tests notebooks
+	IPYKERNEL_CELL_NAME="<IPY-INPUT>" $(BIN)/pytest -q --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg tests notebooks
 
 serve: install
 	$(BIN)/hango serve

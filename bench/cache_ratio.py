@@ -28,7 +28,14 @@ from hango.agents import AgentConfig, create_tenant, drop_tenant, save_agent
 from hango.db import Database
 from hango.fs.backend import PostgresBackend
 from hango.models.base import Message, Request, ToolCall
-from hango.models.simulated import Reply, SimulatedModel, cost, echo_policy, tool_call
+from hango.models.simulated import (
+    Reply,
+    SimulatedModel,
+    cost,
+    count_tokens,
+    echo_policy,
+    tool_call,
+)
 from hango.settings import load_settings
 
 TENANT, AGENT = f"bench-cache-ratio-{os.getpid()}", "a1"
@@ -165,7 +172,8 @@ def main() -> None:
 
 def summarize(results: dict[str, list[Call]], args: argparse.Namespace) -> None:
     print(f"\nsummary: {args.turns} turns, memory edited every {args.edit_every} turns, "
-          f"{args.seconds_between:g} s between turns")
+          f"{args.seconds_between:g} s between turns; base prompt ~{count_tokens(BASE_PROMPT)} "
+          f"tokens, memory ~{count_tokens(memory(0))}, {N_SKILLS} skills")
     print(f"{'stack':<8} {'calls':>5} {'mean ratio':>10} {'weighted':>9} {'tokens in':>10} "
           f"{'cost $':>9} {'$/Mtok in':>9}")
     summary = {}
@@ -177,10 +185,10 @@ def summarize(results: dict[str, list[Call]], args: argparse.Namespace) -> None:
         summary[name] = (mean, dollars)
         print(f"{name:<8} {len(calls):>5} {mean:>10.3f} {read / total:>9.3f} {total:>10} "
               f"{dollars:>9.4f} {dollars / total * 1e6:>9.3f}")
-    (d_ratio, d_cost), (w_ratio, w_cost), (p_ratio, p_cost) = (
-        summary["default"], summary["wrong"], summary["phase10"])
-    print(f"default / phase10: mean read ratio x{d_ratio / p_ratio:.3f}, cost x{d_cost / p_cost:.2f}")
-    print(f"wrong / default:   mean read ratio x{w_ratio / d_ratio:.3f}, cost x{w_cost / d_cost:.2f}")
+    for a, b in (("default", "phase10"), ("wrong", "default")):
+        (ratio_a, cost_a), (ratio_b, cost_b) = summary[a], summary[b]
+        print(f"{a + ' / ' + b:<18} mean read ratio x{ratio_a / ratio_b:.3f}, "
+              f"cost x{cost_a / cost_b:.2f}")
 
 if __name__ == "__main__":
     main()

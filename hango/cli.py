@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import warnings
@@ -59,11 +60,18 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         _say(f"warning: serving on {host}: bearer tokens travel in clear over plain HTTP")
     _say(f"hango files API on http://{host}:{port}  (docs: /docs; database: "
          f"{'embedded' if db.embedded else 'external'} {settings.database_name})")
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it; exit cleanly instead, so the
+    # database handle is released (the embedded server stops when its last user leaves).
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
         uvicorn.run(create_app(db, settings), host=host, port=port, log_level=args.log_level)
     finally:
         db.close()
     return 0
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 # --- db ----------------------------------------------------------------------------------------

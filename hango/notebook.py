@@ -6,10 +6,21 @@ committed outputs of the course with what the code produces today.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import count
+from typing import Any
 
-from hango.models.base import Request, Response
+from hango.agent.runtime import Agent, RunResult
+from hango.agents import AgentConfig, create_tenant, create_token, drop_tenant, save_agent
+from hango.api.app import create_app, serve_in_thread
+from hango.api.client import FilesClient
+from hango.db import Database, get_database
+from hango.fs.backend import PostgresBackend
+from hango.models.base import Model, Request, Response
 from hango.models.simulated import count_tokens, positions
+from hango.telemetry import Configured, configure
 
 
 def _preview(text: str, width: int) -> str:
@@ -58,3 +69,64 @@ def show_usage(responses: Sequence[Response]) -> None:
     for row in usage_rows(responses):
         print(f"{row['call']:>4} {row['input']:>7} {row['cache_write']:>7} "
               f"{row['cache_read']:>7} {row['read_ratio']:>6.3f}  {row['miss_reason']}")
+
+
+def show_warnings(result: RunResult) -> None:
+    """Print what a run warned about and the span events it recorded (the 'why' of a run)."""
+    print("warnings:" if result.warnings else "warnings: (none)")
+    for warning in result.warnings:
+        print("  -", warning)
+    print("events:" if result.events else "events: (none)")
+    for event in result.events:
+        attrs = ", ".join(f"{k}={v!r}" for k, v in event.attributes.items())
+        print(f"  - {event.name}: {attrs}")
+
+
+@dataclass
+class Course:
+    """One notebook's sandbox: a fresh tenant and agent, tokens, the files API over HTTP.
+
+    ``owner`` and ``member`` are :class:`FilesClient` s for the agent's files, each with a
+    bearer token of that role. ``telemetry`` keeps spans and metrics in memory.
+    """
+
+    db: Database
+    tenant: str
+    agent_id: str
+    base_url: str
+    owner: FilesClient
+    member: FilesClient
+    telemetry: Configured
+    _stop: Callable[[], None]
+    _runs: count[int] = field(default_factory=lambda: count(1))
+
+    def backend(self, agent_id: str | None = None) -> PostgresBackend:
+        return PostgresBackend(self.db, self.tenant, agent_id or self.agent_id)
+
+    def agent(self, model: Model, agent_id: str | None = None, **kwargs: Any) -> Agent:
+        """An :class:`Agent` with deterministic run ids (``run-1``, ``run-2``, …)."""
+        kwargs.setdefault("telemetry", self.telemetry.telemetry)
+        kwargs.setdefault("run_ids", lambda: f"run-{next(self._runs)}")
+        return Agent(self.db, self.tenant, agent_id or self.agent_id, model, **kwargs)
+
+    def client(self, token: str, agent_id: str | None = None) -> FilesClient:
+        return FilesClient(self.base_url, token, agent_id or self.agent_id)
+
+    def close(self) -> None:
+        self.owner.close()
+        self.member.close()
+        self._stop()
+        self.telemetry.shutdown()
+
+
+def start(tenant: str, agent_id: str = "assistant", config: AgentConfig | None = None) -> Course:
+    """Start a notebook from a clean slate: drop and recreate ``tenant``, serve the API."""
+    logging.getLogger("hango").setLevel(logging.ERROR)  # warnings reach RunResult.warnings
+    db = get_database()
+    drop_tenant(db, tenant)
+    create_tenant(db, tenant)
+    save_agent(db, tenant, agent_id, config or AgentConfig())
+    base_url, stop = serve_in_thread(create_app(db))
+    owner = FilesClient(base_url, create_token(db, tenant, "owner", "notebook"), agent_id)
+    member = FilesClient(base_url, create_token(db, tenant, "member", "notebook"), agent_id)
+    return Course(db, tenant, agent_id, base_url, owner, member, configure("memory"), stop)

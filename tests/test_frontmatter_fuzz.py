@@ -398,13 +398,22 @@ def test_differential_against_pyyaml(case: tuple[str | bytes, str]) -> None:
 
 @st.composite
 def noisy_doc(draw: st.DrawFn) -> str:
-    """Frontmatter-like text without the care: raw values, junk lines, odd indents."""
-    lines = []
-    for _ in range(draw(st.integers(1, 8))):
-        key = draw(st.sampled_from(["name", "description", "allowed-tools", "metadata", "x"]))
-        value = draw(st.lists(YAMLISH, max_size=20).map("".join) | scalar() | tools_value())
-        pad = " " * draw(st.sampled_from([0, 0, 0, 1, 2, 4]))
-        lines.append(f"{pad}{key}:{value}")
+    """A generated frontmatter, then spiked: junk inserted, lines re-indented or cut."""
+    lines = draw(frontmatter_doc())[1].split("\n")
+    for _ in range(draw(st.integers(1, 3))):
+        i = draw(st.integers(0, len(lines) - 1))
+        op = draw(st.sampled_from(["insert", "insert", "append", "indent", "delete", "cut"]))
+        if op == "insert":
+            at = draw(st.integers(0, len(lines[i])))
+            lines[i] = lines[i][:at] + draw(st.lists(YAMLISH, max_size=4).map("".join)) + lines[i][at:]
+        elif op == "append":
+            lines[i] += draw(st.lists(YAMLISH, max_size=6).map("".join))
+        elif op == "indent":
+            lines[i] = " " * draw(st.integers(1, 3)) + lines[i]
+        elif op == "delete" and len(lines) > 1:
+            del lines[i]
+        elif op == "cut":
+            lines[i] = lines[i][: draw(st.integers(0, len(lines[i])))]
     return "---\n" + "\n".join(lines) + "\n---\n"
 
 

@@ -43,6 +43,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -333,8 +334,22 @@ def _conflict(agent: _Agent, exc: VersionConflict) -> HTTPException:
 
 # --- routes ------------------------------------------------------------------------------------
 
+class _AnyPath(Convertor[str]):
+    """Starlette's ``path`` (``.*``) stops at a decoded newline (%0A), which would turn a bad
+    path into a bare 404; this one routes it here, to be refused naming the rule."""
+
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("hango_path", _AnyPath())
 router = APIRouter(prefix="/v1")
-FILE_ROUTE = "/agents/{agent_id}/files/{path:path}"
+FILE_ROUTE = "/agents/{agent_id}/files/{path:hango_path}"
 
 
 @router.get(
@@ -554,7 +569,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         if exc.status_code == 405:  # Allow every method of the path, not one route's
-            allowed = sorted({method for route in app.router.routes
+            allowed = sorted({method for route in router.routes
                               if isinstance(route, APIRoute)
                               and route.matches(request.scope)[0] is not Match.NONE
                               for method in route.methods or ()})
@@ -584,7 +599,7 @@ def serve_in_thread(
     inside one process; ``hango serve`` is the standalone server.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP: asyncio sets NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]

@@ -1,0 +1,146 @@
+"""The ``hango`` command, run as a learner runs it: the venv's executable, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from hango.agents import load_agent, principal_for
+from hango.db import Database
+
+HANGO = str(Path(sys.executable).with_name("hango"))
+
+
+def hango(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([HANGO, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_tenant_token_and_agent(db: Database) -> None:
+    name = "cli-" + uuid.uuid4().hex[:10]
+    created = hango("tenant", "create", name)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.strip() == name
+
+    token = hango("token", "create", name, "--role", "admin")
+    assert token.returncode == 0, token.stderr
+    principal = principal_for(db, token.stdout.strip())
+    assert principal is not None and (principal.tenant_id, principal.role) == (name, "admin")
+
+    agent = hango("agent", "create", name, "helper", "--tools", "read_file,ls", "glob",
+                  "--memory", "/memories/AGENTS.md", "--skills", "/skills/team")
+    assert agent.returncode == 0, agent.stderr
+    assert json.loads(agent.stdout)["skills"] == ["/skills/team/"]
+    saved = load_agent(db, name, "helper")
+    assert saved is not None and saved.tools == ["read_file", "ls", "glob"]
+    assert saved.memory == ["/memories/AGENTS.md"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("agent", "create", "{t}", "bad", "--memory", "/notes/x"),
+         "memory[0] '/notes/x': must be under /memories/"),
+        (("agent", "create", "{t}", "bad", "--skills", "/skills/../memories"),
+         "skills[0] '/skills/../memories'"),
+        (("agent", "create", "{t}", "bad", "--tools", "rm -rf"), "'rm -rf' is not a tool name"),
+        (("agent", "create", "no-such-tenant", "x"), "no tenant 'no-such-tenant'"),
+        (("token", "create", "no-such-tenant", "--role", "owner"), "hango tenant create"),
+        (("tenant", "create", "Bad Name"), "tenant id 'Bad Name' must match"),
+        (("agent", "create", "{t}", "Bad\n"), "agent id 'Bad\\n' must match"),
+    ],
+)
+def test_errors_name_the_bad_input(tenant: str, args: tuple[str, ...], message: str) -> None:
+    result = hango(*(a.format(t=tenant) for a in args))
+    assert result.returncode == 1
+    assert result.stderr.startswith("hango: error: ")
+    assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_usage_errors_exit_2() -> None:
+    result = hango("token", "create", "t", "--role", "root")
+    assert result.returncode == 2 and "invalid choice: 'root'" in result.stderr
+
+
+def test_serve_answers_over_http(db: Database, tenant: str) -> None:
+    port = _free_port()
+    token = hango("token", "create", tenant, "--role", "owner").stdout.strip()
+    assert hango("agent", "create", tenant, "a1").returncode == 0
+    server = subprocess.Popen([HANGO, "serve", "--port", str(port), "--log-level", "warning"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/v1/agents",
+                                     headers={"Authorization": f"Bearer {token}"})
+                break
+            except httpx.TransportError:
+                assert server.poll() is None, server.communicate()
+                assert time.monotonic() < deadline, "hango serve did not answer in 60 s"
+                time.sleep(0.1)
+        assert response.status_code == 200 and response.json() == {"agents": ["a1"]}
+        assert httpx.get(f"http://127.0.0.1:{port}/openapi.json").status_code == 200
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, stderr = server.communicate(timeout=30)
+    assert server.returncode == 0, stderr
+    assert f"http://127.0.0.1:{port}" in stderr
+
+
+def test_db_status_and_url_on_the_running_server(db: Database) -> None:
+    status = hango("db", "status")
+    assert status.returncode == 0
+    assert ("embedded PostgreSQL: running" if db.embedded else "external") in status.stdout
+    url = hango("db", "url")
+    assert url.returncode == 0, url.stderr
+    with psycopg.connect(url.stdout.strip()) as conn:
+        if not db.embedded:
+            conn.execute("SET ROLE hango_app")
+        row = conn.execute("SELECT current_user, current_database()").fetchone()
+    assert row == ("hango_app", db.settings.database_name)
+    psql = hango("db", "psql", "--app", "-Atc", "SELECT current_user")
+    assert psql.returncode == 0 and psql.stdout.strip() == "hango_app", psql.stderr
+
+
+def test_db_start_stop_on_a_private_data_dir(tmp_path: Path) -> None:
+    """A server of its own (never the shared one): stopped, started, used, stopped."""
+    env = {"HANGO_DATA_DIR": str(tmp_path / "data"), "HANGO_DATABASE_NAME": "hango_cli"}
+    if os.environ.get("HANGO_DATABASE_URL"):
+        pytest.skip("HANGO_DATABASE_URL is set: there is no embedded server to start")
+    status = hango("db", "status", env=env)
+    assert status.returncode == 1 and "stopped" in status.stdout
+    assert "not running" in hango("db", "url", env=env).stderr
+    try:
+        started = hango("db", "start", env=env)
+        assert started.returncode == 0, started.stderr
+        # a process that opens and leaves the database does not stop a started server
+        assert hango("tenant", "create", "pinned", env=env).returncode == 0
+        status = hango("db", "status", env=env)
+        assert status.returncode == 0 and "running" in status.stdout
+        url = hango("db", "url", env=env).stdout.strip()
+        assert str(tmp_path) in url
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == ("hango_app",)
+    finally:
+        stopped = hango("db", "stop", env=env)
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
+    assert hango("db", "status", env=env).returncode == 1
