@@ -277,6 +277,16 @@ def test_body_limit_to_the_byte(small_url: str, db: Database, a: Tenant) -> None
         assert chunked.status_code == 413
         edit = c.patch("/v1/agents/a1/files/notes/fits", json={"old": "x", "new": "y" * 2000})
         assert edit.status_code == 413
+
+        def json_chunks() -> Iterator[bytes]:
+            yield b'{"old": "x", "new": "'
+            yield b"y" * 2000
+            yield b'"}'
+
+        chunked_edit = c.patch("/v1/agents/a1/files/notes/fits", content=json_chunks(),
+                               headers={"Content-Type": "application/json"})
+        assert chunked_edit.status_code == 413, chunked_edit.text
+        assert "HANGO_MAX_BODY_BYTES" in chunked_edit.json()["detail"]
         agent = c.put("/v1/agents/a1", json={"system_prompt": "z" * 2000})
         assert agent.status_code == 413
     assert content(db, a.id, "/notes/over") is None

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from psycopg import sql
 
 from hango.agents import AgentConfig, create_tenant, save_agent
 from hango.db import Database
@@ -43,12 +44,13 @@ class Explaining:
             outer = self
 
             class Conn:
-                def execute(self, query: str, params: Any = None) -> Any:
+                def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
                     explain = f"EXPLAIN ({outer.options}) " if outer.options else "EXPLAIN "
-                    rows = conn.execute(explain + query, params).fetchall()
+                    rows = conn.execute(sql.SQL(explain) + sql.SQL(query) if isinstance(query, str)
+                                        else sql.SQL(explain) + query, params).fetchall()
                     outer.plans.append(rows[0][0] if outer.options else
                                        "\n".join(r[0] for r in rows))
-                    return conn.execute(query, params)
+                    return conn.execute(query, params, **kw)
 
             yield Conn()
 

@@ -327,12 +327,13 @@ def scalar(draw: st.DrawFn, indent: str = "", texts: st.SearchStrategy[str] = PH
     if style == "next-line" and plain_ok(text):
         return "\n" + deeper + wrap(text, deeper, draw)
     if style == "block" and "\n" not in text and "\r" not in text:
-        lines = [line.replace("\n", " ") for line in draw(st.lists(TEXT, min_size=1, max_size=4))]
+        texts = st.lists(TEXT | st.just(""), min_size=1, max_size=5)
+        lines = [line.replace("\n", " ") for line in draw(texts)]
         lines = [line.rstrip() if line.strip() else "" for line in lines] or ["x"]
         lines[0] = lines[0].lstrip(" ") or "x"
         header = draw(st.sampled_from(["|", "|-", "|+", ">", ">-", ">+"]))
         comment = " # c" if draw(st.booleans()) else ""
-        extra = [" " * draw(st.integers(0, 2)) for _ in lines[1:]]
+        extra = [draw(st.sampled_from(["", "", "", " ", "  "])) for _ in lines[1:]]
         lines[1:] = [pad + line if line else "" for pad, line in zip(extra, lines[1:], strict=True)]
         body = "\n".join(deeper + line if line else "" for line in lines)
         return f" {header}{comment}\n{body}"

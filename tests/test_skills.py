@@ -144,6 +144,18 @@ def test_count_cap_names_what_was_left_out(backend: PostgresBackend, db: Databas
     result = Agent(db, backend.tenant_id, "a1", SimulatedModel(), settings=settings).run("hi")
     assert result.skills_count == 2
     assert "- c —" not in index_of(result)
+    assert ("/skills/ holds more than HANGO_SKILLS_MAX=2 SKILL.md files; read the first 2 by "
+            "path, from /skills/a/SKILL.md to /skills/b/SKILL.md") in result.warnings
+
+
+def test_count_cap_across_sources_names_the_skills_left_out(db: Database, tenant: str) -> None:
+    save_agent(db, tenant, "a1", AgentConfig(skills=["/skills/one/", "/skills/two/"]))
+    fs = PostgresBackend(db, tenant, "a1")
+    for source, name in (("one", "a"), ("one", "d"), ("two", "b"), ("two", "c")):
+        fs.write(f"/skills/{source}/{name}/SKILL.md", skill_md(name, f"Skill {name}."))
+    settings = load_settings(skills_max=2)
+    result = Agent(db, tenant, "a1", SimulatedModel(), settings=settings).run("hi")
+    assert result.skills_count == 2
     assert "2 skill(s) over HANGO_SKILLS_MAX=2 left out: c, d" in result.warnings
 
 
@@ -174,3 +186,22 @@ def test_tenant_b_cannot_list_tenant_a_skills(db: Database, tenant: str) -> None
     assert result.skills_count == 0
     assert b"Tenant A." not in result.requests[0].canonical()
     assert PostgresBackend(db, other, "a1").glob("/skills/**") == []
+
+
+def test_the_scan_itself_is_bounded_by_the_cap(backend: PostgresBackend) -> None:
+    from hango.agent.frontmatter import HEAD_BYTES
+    from hango.agent.hooks import RunContext
+    from hango.agent.skills import SkillsMiddleware
+    from hango.telemetry import Telemetry
+
+    big = skill_md("x", "padding") + "y" * (3 * HEAD_BYTES)
+    for i in range(6):
+        backend.write(f"/skills/s{i}/SKILL.md", big.replace("name: x", f"name: s{i}"))
+    reader = PostgresBackend(backend.db, backend.tenant_id, "a1")
+    ctx = RunContext(backend.tenant_id, "a1", AgentConfig(), reader, "r", frozenset(),
+                     Telemetry())
+    SkillsMiddleware(["/skills/"], max_skills=2).before_run(ctx)
+    assert ctx.skills_count == 2
+    assert reader.bytes_read <= 3 * HEAD_BYTES  # the cap + 1 heads, never a body, never all six
+    assert any("more than HANGO_SKILLS_MAX=2" in w and "/skills/s0/SKILL.md" in w
+               for w in ctx.warnings)

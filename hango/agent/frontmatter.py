@@ -21,13 +21,14 @@ Decisions worth knowing (each one is a test in ``tests/test_frontmatter.py``):
   strings, the reference validator (strictyaml) would read ``version: 1.0`` as the
   string ``"1.0"`` and PyYAML as the float ``1.0``, so the file means different
   things to different readers and the honest answer is "quote it".
-* Unknown keys (``license``, ``compatibility``, ``model``, ...) are parsed and then
+* ``license`` and ``compatibility`` (optional fields of the Agent Skills spec) are read
+  and ignored silently. Other unknown keys (``model``, ``version``, ...) are parsed and then
   ignored with a warning. Their values may be of any type hango can read. An unknown
   key whose value uses YAML that hango cannot read (an anchor, a flow map, a list of
   mappings, ...) rejects the whole file: without reading the value we cannot know
   where it ends, and so cannot trust the keys after it.
 * The tools key is ``allowed-tools`` (the Agent Skills spec) or ``allowed_tools``
-  (hango's seed spelling, accepted with a warning); both at once is rejected. It may
+  (hango's seed spelling); both at once is rejected. It may
   be a flow list, a block list, or a string split on whitespace and commas outside
   parentheses (``Bash(git log:*) Read``). ``allowed_tools`` is ``None`` when the key
   is absent and ``()`` when it is present and empty: absent means "no narrowing",
@@ -148,9 +149,7 @@ def _skip(text: str, i: int, chars: str = " ") -> int:
 # Characters PyYAML refuses to read (its Reader.NON_PRINTABLE), plus the line breaks
 # YAML knows besides "\n": a bare "\r", NEL, LS and PS would split a line where we
 # do not, so they are rejected rather than guessed at.
-_UNREADABLE = re.compile(
-    "[^\x09\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|[\u2028\u2029]"
-)
+_UNREADABLE = re.compile("[^\x09\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|[\u2028\u2029]")
 
 
 def _take_head(head: object) -> tuple[bytes, bool]:
@@ -219,13 +218,11 @@ class _Scalar:
 @dataclass(frozen=True)
 class _Seq:
     items: tuple[_Scalar, ...]
-    line: int
 
 
 @dataclass(frozen=True)
 class _Map:
     entries: dict[str, tuple[int, _Node]]  # key -> (line of the key, value)
-    line: int
 
 
 _Node: TypeAlias = "_Scalar | _Seq | _Map"
@@ -318,7 +315,7 @@ class _Parser:
         lines = self.lines
         while self.pos < len(lines) and (lines[self.pos].blank or lines[self.pos].comment):
             self.pos += 1
-        return self.lines[self.pos] if self.pos < len(self.lines) else None
+        return lines[self.pos] if self.pos < len(lines) else None
 
     def document(self) -> _Map:
         first = self.peek()
@@ -329,23 +326,18 @@ class _Parser:
     def mapping(self, indent: int, depth: int) -> _Map:
         """A block mapping whose keys sit at column ``indent``."""
         if depth > _MAX_DEPTH:
-            raise FrontmatterError(
-                f"nested deeper than {_MAX_DEPTH} levels", self.lines[self.pos].number
-            )
+            raise FrontmatterError(f"nested deeper than {_MAX_DEPTH} levels", self.lines[self.pos].number)
         entries: dict[str, tuple[int, _Node]] = {}
-        start = self.lines[self.pos].number if self.pos < len(self.lines) else 0
         while (line := self.peek()) is not None and line.indent >= indent:
             if line.indent > indent:
                 raise FrontmatterError("unexpected indentation", line.number)
             key = _key(line)
             if key in entries:
                 first = entries[key][0]
-                raise FrontmatterError(
-                    f"duplicate key '{key}' (first on line {first})", line.number
-                )
+                raise FrontmatterError(f"duplicate key '{key}' (first on line {first})", line.number)
             self.pos += 1
             entries[key] = (line.number, self.value(line.text[len(key) + 1 :], line, indent, depth))
-        return _Map(entries, start)
+        return _Map(entries)
 
     def value(self, rest: str, line: _Line, indent: int, depth: int) -> _Node:
         """The value after ``key:``: inline, or on the following lines."""
@@ -371,7 +363,6 @@ class _Parser:
     def sequence(self, indent: int) -> _Seq:
         """A block list of scalars, ``- item`` lines at column ``indent``."""
         items: list[_Scalar] = []
-        start = self.lines[self.pos].number
         while (line := self.peek()) is not None and line.indent == indent and _is_item(line.text):
             self.pos += 1
             text = line.text[1:].lstrip(" ")
@@ -385,11 +376,9 @@ class _Parser:
                 continue
             node = None if _is_item(text) or _KEY.match(text) else self.inline(text, line, indent)
             if not isinstance(node, _Scalar):
-                raise FrontmatterError(
-                    "list items must be scalars, not lists or mappings", line.number
-                )
+                raise FrontmatterError("list items must be scalars, not lists or mappings", line.number)
             items.append(node)
-        return _Seq(tuple(items), start)
+        return _Seq(tuple(items))
 
     def inline(self, text: str, line: _Line, indent: int) -> _Node:
         """A value starting at ``text``; continuation lines must be deeper than ``indent``."""
@@ -458,9 +447,7 @@ class _Parser:
                     chunks.append(ch)
                     i += 1
             if not multiline:
-                raise FrontmatterError(
-                    "a quoted flow list item must close on its line", line.number
-                )
+                raise FrontmatterError("a quoted flow list item must close on its line", line.number)
             blanks = 0
             while self.pos < len(self.lines) and not self.lines[self.pos].raw.strip(" \t"):
                 blanks, self.pos = blanks + 1, self.pos + 1
@@ -484,15 +471,13 @@ class _Parser:
         if chomp not in ("+", "-"):
             chomp, rest = "", header[1:]
         if rest[:1].isdigit() or rest[:1] in ("+", "-"):
-            raise FrontmatterError(
-                "block scalar indentation indicators are unsupported", line.number
-            )
+            raise FrontmatterError("block scalar indentation indicators are unsupported", line.number)
         _check_tail(rest, line, "the block scalar indicator")
         lines, j = self.lines, self.pos
-        breaks = ""  # line breaks of blank lines not yet added
+        breaks = 0  # line breaks of blank lines not yet added
         width = indent + 1  # the content's indentation: deeper than the key, else the first line's
         while j < len(lines) and lines[j].blank:
-            width, breaks, j = max(width, len(lines[j].raw)), breaks + self.eol(j), j + 1
+            width, breaks, j = max(width, len(lines[j].raw)), breaks + len(self.eol(j)), j + 1
         if j < len(lines):
             width = max(width, lines[j].indent)
         chunks: list[str] = []
@@ -500,10 +485,10 @@ class _Parser:
         if j < len(lines) and lines[j].indent == width:
             while True:
                 content = lines[j].raw[width:]
-                chunks += [breaks, content]
-                line_break, breaks, j = self.eol(j), "", j + 1
+                chunks += ["\n" * breaks, content]
+                line_break, breaks, j = self.eol(j), 0, j + 1
                 while j < len(lines) and lines[j].blank and len(lines[j].raw) <= width:
-                    breaks, j = breaks + self.eol(j), j + 1
+                    breaks, j = breaks + len(self.eol(j)), j + 1
                 if j == len(lines) or lines[j].indent < width:
                     break
                 more_indented = content[:1] in (" ", "\t") or lines[j].raw[width] in (" ", "\t")
@@ -514,7 +499,7 @@ class _Parser:
         if chomp != "-":  # clip keeps the last line break, keep also the blank lines after it
             chunks.append(line_break)
         if chomp == "+":
-            chunks.append(breaks)
+            chunks.append("\n" * breaks)
         self.pos = j
         return _Scalar("".join(chunks), "str", line.number)
 
@@ -538,7 +523,7 @@ class _Parser:
             elif i < len(text) and text[i] != "]":
                 raise FrontmatterError("expected ',' or ']' in flow list", line.number)
         _check_tail(text[i + 1 :], line, "']'")
-        return _Seq(tuple(items), line.number)
+        return _Seq(tuple(items))
 
 
 def _flow_plain(text: str, i: int, line: _Line) -> _Scalar:
@@ -596,7 +581,9 @@ def _key(line: _Line) -> str:
 # ------------------------------------------------------------------------- schema
 
 _TOOL_KEYS = ("allowed-tools", "allowed_tools")
-_KNOWN = frozenset(("name", "description", "metadata", *_TOOL_KEYS))
+_SPEC_OPTIONAL = ("license", "compatibility")  # the Agent Skills spec's; hango does not use them
+_KNOWN = frozenset(("name", "description", "metadata", *_TOOL_KEYS, *_SPEC_OPTIONAL))
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _string(node: _Node, what: str, line: int) -> str:
@@ -659,7 +646,7 @@ def _check_description(description: str, line: int) -> str:
         raise FrontmatterError(
             f"description is {len(description)} characters; the limit is {DESCRIPTION_MAX}", line
         )
-    if any((c < " " and c not in "\n\t") or "\x7f" <= c <= "\x9f" for c in description):
+    if _CONTROL.search(description):
         raise FrontmatterError("description contains control characters", line)
     return description
 
@@ -674,10 +661,6 @@ def _tools(entries: dict[str, tuple[int, _Node]], warnings: list[str]) -> tuple[
         raise FrontmatterError("both 'allowed-tools' and 'allowed_tools' given; keep one", second)
     key = present[0]
     line, node = entries[key]
-    if key == "allowed_tools":
-        warnings.append(
-            f"line {line}: 'allowed_tools' is the seed spelling; prefer 'allowed-tools'"
-        )
     if isinstance(node, _Seq):
         tools = tuple(_string(item, f"{key} item", item.line) for item in node.items)
         if any(not tool.strip() for tool in tools):

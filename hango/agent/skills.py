@@ -22,10 +22,11 @@ a second such skill and the two sets intersect: in a run, the callable set only 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hango.agent.frontmatter import HEAD_BYTES, FrontmatterError, parse
+from hango.agent.frontmatter import HEAD_BYTES, Frontmatter, FrontmatterError, parse
 from hango.agent.hooks import RunContext, StateKey, ToolCallNext
 from hango.models.base import Block, ToolCall, ToolResult
 from hango.settings import Settings, get_settings
@@ -41,6 +42,8 @@ INDEX_HEADER = "## Skills"
 INDEX_FOOTER = ("To use a skill, call read_file on its path for the full instructions "
                 "before you follow it.")
 _SPACE = re.compile(r"\s+")
+# A line that is exactly ``---`` ends the frontmatter; the scan cuts each head right after it.
+FENCES = (b"\n---\n", b"\n---\r\n")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,16 @@ class SkillsState:
     skills: list[Skill] = field(default_factory=list)
     active: frozenset[str] | None = None  # the callable set once a narrowing skill is in use
     in_use: list[str] = field(default_factory=list)
+
+
+@lru_cache(maxsize=4096)
+def parse_head(head: str) -> Frontmatter | FrontmatterError:
+    """``parse`` memoised on the head's exact text: files are re-read every run, but a head
+    that has not changed is not parsed again. Keyed on the text itself, it can never be stale."""
+    try:
+        return parse(head)
+    except FrontmatterError as exc:
+        return exc
 
 
 def one_line(text: str) -> str:
@@ -93,7 +106,17 @@ class SkillsMiddleware:
             self.settings)
         state = ctx.state(self.key)
         with ctx.telemetry.span(SPAN_SKILLS_INDEX) as span:
-            heads = ctx.backend.heads(sources, "SKILL.md", HEAD_BYTES)
+            # One query, bounded: at most max_skills + 1 files per source (the +1 tells us a
+            # source has more than the cap), and only the head of each file.
+            heads = ctx.backend.heads(sources, "SKILL.md", HEAD_BYTES,
+                                      max_per_dir=self.max_skills + 1, cut_after=FENCES)
+            for source in sources:
+                under = [h.path for h in heads if h.path.startswith(source)]
+                if len(under) > self.max_skills:
+                    ctx.warn(f"{source} holds more than HANGO_SKILLS_MAX={self.max_skills} "
+                             f"SKILL.md files; read the first {self.max_skills} by path, "
+                             f"from {under[0]} to {under[self.max_skills - 1]}")
+                    heads = [h for h in heads if h.path != under[self.max_skills]]
             by_name: dict[str, Skill] = {}
             parsed: dict[str, Skill | None] = {}
             for source in sources:  # in order: a later source overrides an earlier one
@@ -124,12 +147,11 @@ class SkillsMiddleware:
         ctx.telemetry.record_skills(ctx.skills_count, ctx.skills_invalid)
 
     def _parse(self, ctx: RunContext, path: str, head: str) -> Skill | None:
-        try:
-            fm = parse(head)
-        except FrontmatterError as exc:
+        fm = parse_head(head)
+        if isinstance(fm, FrontmatterError):
             ctx.skills_invalid += 1
-            ctx.warn(f"skill {path} skipped: {exc}", event=EVENT_SKILL_INVALID,
-                     path=path, reason=str(exc))
+            ctx.warn(f"skill {path} skipped: {fm}", event=EVENT_SKILL_INVALID,
+                     path=path, reason=str(fm))
             return None
         for warning in fm.warnings:
             ctx.warn(f"skill {path}: {warning}")

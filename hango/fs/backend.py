@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from psycopg import sql
+
 from hango.db import Database
 from hango.fs.path import PathError, clean, clean_dir
 
@@ -97,6 +99,11 @@ def like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
+def _pattern_literal(pattern: str) -> str:
+    """A LIKE pattern as SQL text: quotes doubled, ``%`` doubled for psycopg's placeholders."""
+    return "'" + pattern.replace("'", "''").replace("%", "%%") + "'"
+
+
 class Backend(Protocol):
     """What memory, skills, the tools and the files API need from a filesystem."""
 
@@ -105,7 +112,9 @@ class Backend(Protocol):
 
     def read(self, path: str, limit: int | None = None) -> FileData: ...
     def read_many(self, paths: Sequence[str], limit: int) -> list[FileData]: ...
-    def heads(self, directories: Sequence[str], name: str, limit: int) -> list[FileData]: ...
+    def heads(self, directories: Sequence[str], name: str, limit: int,
+              max_per_dir: int | None = None, cut_after: Sequence[bytes] = ()) -> list[FileData]:
+        ...
     def write(self, path: str, content: str, if_version: int | None = None) -> int: ...
     def edit(
         self, path: str, old: str, new: str, *, replace_all: bool = False,
@@ -142,37 +151,63 @@ class PostgresBackend:
         return found[0]
 
     def read_many(self, paths: Sequence[str], limit: int) -> list[FileData]:
-        """Several files in one query, each cut to ``limit`` bytes *in SQL*; missing ones absent."""
-        cleaned = [clean(p) for p in paths]
+        """Several files in one query, sharing ``limit`` bytes *in SQL*; missing ones absent.
+
+        Files come back in the order given; each gets at most what the earlier ones left of
+        ``limit``, so the whole query never transfers more than ``limit`` bytes of content.
+        """
+        cleaned = list(dict.fromkeys(clean(p) for p in paths))
         with self.db.tenant(self.tenant_id) as conn:
             rows = conn.execute(
-                """SELECT path, substring(content FROM 1 FOR %(n)s), version, size
-                     FROM agent_files
-                    WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = ANY(%(p)s)""",
-                {**self._ns(), "n": limit, "p": cleaned},
+                """SELECT f.path,
+                          substring(f.content FROM 1 FOR greatest(0, least(f.size, %(n)s
+                              - coalesce(sum(f.size) OVER (ORDER BY s.ord ROWS BETWEEN
+                                         UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::int),
+                          f.version, f.size
+                     FROM unnest(%(p)s::text[]) WITH ORDINALITY AS s(path, ord)
+                     JOIN agent_files f ON f.tenant_id = %(t)s AND f.agent_id = %(a)s
+                                       AND f.path = s.path
+                    ORDER BY s.ord""",
+                {**self._ns(), "n": limit, "p": cleaned}, binary=True,
             ).fetchall()
-        by_path = {r[0]: r for r in rows}
-        return self._rows([by_path[p] for p in dict.fromkeys(cleaned) if p in by_path])
+        return self._rows(rows)
 
-    def heads(self, directories: Sequence[str], name: str, limit: int) -> list[FileData]:
+    def heads(self, directories: Sequence[str], name: str, limit: int,
+              max_per_dir: int | None = None, cut_after: Sequence[bytes] = ()) -> list[FileData]:
         """Every ``{dir}**/{name}`` at any depth, only the first ``limit`` bytes of each.
 
-        One query, served by the partial index on ``SKILL.md`` rows (or the primary key's
-        prefix range for other names). Rows come back ordered by path.
+        One query, ordered by path. With ``max_per_dir``, at most that many files are read
+        under each directory (the first ones by path), so the scan itself is bounded. With
+        ``cut_after``, a head ends after the first of those byte strings it contains (the skills
+        scan passes the closing ``---`` fence, so only frontmatter leaves the database). The suffix
+        is a literal in the SQL text, so for ``SKILL.md`` the planner can always prove, and use,
+        the partial index that holds only ``SKILL.md`` rows.
         """
-        dirs = [clean_dir(d) for d in directories]
-        if "/" in name or not name:
+        dirs = list(dict.fromkeys(clean_dir(d) for d in directories))
+        if not name or "/" in name or "\\" in name:
             raise ValueError(f"name must be a bare file name, got {name!r}")
+        query = sql.SQL(
+            """SELECT DISTINCT ON (path) path,
+                      CASE WHEN cut IS NULL THEN head ELSE substring(head FROM 1 FOR cut) END,
+                      version, size
+                 FROM (SELECT f.path, f.version, f.size,
+                              substring(f.content FROM 1 FOR %(n)s) AS head,
+                              row_number() OVER (PARTITION BY s.ord ORDER BY f.path) AS nth
+                         FROM unnest(%(prefixes)s::text[]) WITH ORDINALITY AS s(prefix, ord)
+                         JOIN agent_files f ON f.path LIKE s.prefix
+                        WHERE f.tenant_id = %(t)s AND f.agent_id = %(a)s
+                          AND f.path LIKE {suffix}) AS found,
+                      LATERAL (SELECT min(position(m IN head) + length(m) - 1) AS cut
+                                 FROM unnest(%(stops)s::bytea[]) AS m
+                                WHERE position(m IN head) > 0) AS stop
+                WHERE %(max)s::bigint IS NULL OR nth <= %(max)s::bigint
+                ORDER BY path"""
+        ).format(suffix=sql.SQL(_pattern_literal("%/" + like_escape(name))))
         with self.db.tenant(self.tenant_id) as conn:
             rows = conn.execute(
-                """SELECT path, substring(content FROM 1 FOR %(n)s), version, size
-                     FROM agent_files
-                    WHERE tenant_id = %(t)s AND agent_id = %(a)s
-                      AND path LIKE %(suffix)s
-                      AND path LIKE ANY(%(prefixes)s)
-                    ORDER BY path""",
-                {**self._ns(), "n": limit, "suffix": "%/" + like_escape(name),
-                 "prefixes": [like_escape(d) + "%" for d in dirs]},
+                query,
+                {**self._ns(), "n": limit, "max": max_per_dir, "stops": list(cut_after),
+                 "prefixes": [like_escape(d) + "%" for d in dirs]}, binary=True,
             ).fetchall()
         return self._rows(rows)
 
