@@ -51,10 +51,9 @@ class AgentConfig(BaseModel):
     skills: list[SkillsSource] | None = Field(default=None, max_length=32)
     subagents: list[AgentRef] = Field(default_factory=list,
                                       description="Agents the task tool may run.")
-    model: str = Field(default="hango-sim-1", json_schema_extra={"pattern": _NO_NUL})
     max_steps: int = Field(default=12, ge=1, le=200)
 
-    @field_validator("system_prompt", "model")
+    @field_validator("system_prompt")
     @classmethod
     def _storable(cls, value: str, info: ValidationInfo) -> str:
         if "\x00" in value:  # jsonb cannot hold U+0000

@@ -109,6 +109,7 @@ class Database:
             max_size=8,
             configure=self._configure,
             check=ConnectionPool.check_connection,
+            timeout=5.0,  # a request waits at most 5 s for a connection, then fails clearly
             open=True,
             name="hango",
         )

@@ -307,7 +307,7 @@ def test_non_utf8_bodies_are_422(base_url: str, db: Database, a: Tenant) -> None
         text = c.put("/v1/agents/a1/files/notes/bin", content=b"ok \xff\xfe")
         assert text.status_code == 422 and "not UTF-8" in text.json()["detail"]
         assert "byte 3" in text.json()["detail"]
-        js = c.put("/v1/agents/a1", content=b'{"model": "\xff"}',
+        js = c.put("/v1/agents/a1", content=b'{"system_prompt": "\xff"}',
                    headers={"Content-Type": "application/json"})
         assert js.status_code == 422 and "not UTF-8" in js.json()["detail"]
     assert content(db, a.id, "/notes/bin") is None

@@ -11,6 +11,7 @@ from typing import Any, SupportsIndex
 import pytest
 import yaml
 
+from hango.agent import frontmatter
 from hango.agent.frontmatter import (
     DESCRIPTION_MAX,
     HEAD_BYTES,
@@ -391,6 +392,19 @@ def test_rejections(head: str | bytes, fragment: str, line: int | None) -> None:
     assert str(error) == (error.reason if line is None else f"line {line}: {error.reason}")
 
 
+def test_an_internal_failure_still_surfaces_as_a_frontmatter_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The loader relies on "parse raises only FrontmatterError"; a bug must not escape.
+    def broken(self: object) -> None:
+        raise IndexError("bug")
+
+    monkeypatch.setattr(frontmatter._Parser, "document", broken)
+    error = reject(doc("name: demo\ndescription: d"))
+    assert error.reason == "internal error while reading frontmatter: IndexError('bug')"
+    assert isinstance(error.__cause__, IndexError)
+
+
 def test_non_text_input_is_a_frontmatter_error() -> None:
     error = reject(123)  # type: ignore[arg-type]
     assert error.reason == "expected str or bytes, got int"
@@ -458,7 +472,7 @@ def test_the_guards_do_catch_a_whole_input_read() -> None:
 def padded(total: int, *, closing: str = "---\n") -> bytes:
     """A frontmatter whose closing line ends exactly at byte ``total``."""
     start = "---\nname: demo\ndescription: d\n"
-    filler = total - len(start) - len(closing)
+    filler = total - len(start) - len(closing.encode())
     lines = []
     while filler > 0:
         width = min(filler, 100)
@@ -485,6 +499,24 @@ def test_a_closing_line_cut_by_the_head_is_not_trusted() -> None:
     head = padded(HEAD_BYTES + 6, closing="---x\n---\n")[:HEAD_BYTES]
     assert head.endswith(b"---")
     assert "not closed within" in reject(head).reason
+
+
+def test_a_head_decoded_without_its_cut_character_is_still_cut() -> None:
+    # A caller reads HEAD_BYTES bytes and decodes them, dropping a character cut in
+    # two. The line '---é' then looks like '---', but it is not a closing line.
+    data = padded(HEAD_BYTES + 6, closing="---é\n---\n")[:HEAD_BYTES]
+    assert data.endswith(b"---\xc3")
+    head = data[:-1].decode("utf-8")
+    assert head.endswith("---")
+    assert "not closed within" in reject(head).reason
+
+
+def test_undecodable_bytes_passed_as_surrogates_are_refused_with_their_line() -> None:
+    raw = b"---\nname: demo\ndescription: caf\xe9\n---\n"
+    error = reject(raw.decode("utf-8", "surrogateescape"))
+    assert (error.reason, error.line) == ("not valid UTF-8", 3)
+    body = b"\xff\xfe not text"
+    assert parse((VALID.encode() + body).decode("utf-8", "surrogateescape")) == parse(VALID)
 
 
 def test_a_character_cut_by_the_head_is_harmless() -> None:

@@ -157,24 +157,9 @@ def acceptable(data: Any) -> bool:
 # ------------------------------------------------------------ 1. never crashes
 
 YAMLISH = st.sampled_from(
-    [
-        *"abz09 :-#'\"|>[]{},&*!%@`\\?~.\t\r\n+é—日",
-        *(
-            "\u2028",
-            "\x85",
-            "\x00",
-            "\ufeff",
-            ": ",
-            " #",
-            "- ",
-            "---",
-            "...",
-            "  ",
-            "\\u00e9",
-            "''",
-        ),
-    ]
-)
+    [*"abz09 :-#'\"|>[]{},&*!%@`\\?~.\t\r\n+é—日", "\u2028", "\x85", "\x00", "\ufeff",
+     ": ", " #", "- ", "---", "...", "  ", "\\u00e9", "''"]
+)  # fmt: skip
 
 
 @FUZZ
@@ -252,6 +237,8 @@ def test_worst_cases_stay_fast() -> None:
         "---\nx: " + "1" * n + "\n---\n",
         "---\n" + "#\n" * n + "---\n",
         "---\n" + "- a\n" * (n // 4) + "---\n",
+        "---\nname: a\ndescription: '" + " " * n + "a'\n---\n",
+        "---\nname: a\ndescription: x\n" + " y #\n" * (n // 5) + "---\n",
     ]
     for head in cases:
         start = time.perf_counter()
@@ -423,5 +410,17 @@ def noisy_doc(draw: st.DrawFn) -> str:
 def test_noisy_frontmatter_is_read_right_or_rejected(head: str) -> None:
     result = outcome(head)
     event("accepted" if isinstance(result, Frontmatter) else f"rejected: {result.reason[:30]}")
+    if isinstance(result, Frontmatter):
+        assert_same_as_yaml(head, result)
+
+
+@FUZZ
+@given(
+    st.sampled_from(["'a b'", '"a\\"b"', "[a, 'b']", "|", ">-", "plain", "'it''s'"]),
+    st.lists(YAMLISH, min_size=1, max_size=6).map("".join),
+)
+def test_text_after_a_value_is_read_as_yaml_does_or_rejected(value: str, suffix: str) -> None:
+    head = f"---\nname: demo\ndescription: {value}{suffix}\n  more\n---\n"
+    result = outcome(head)
     if isinstance(result, Frontmatter):
         assert_same_as_yaml(head, result)

@@ -89,11 +89,13 @@ def test_byte_cap_truncates_at_a_utf8_boundary_with_a_marker(db: Database, tenan
     (block,) = [b for b in result.requests[0].system if b.source.startswith("/memories/")]
     body = block.text.removeprefix('<memory path="/memories/AGENTS.md">\n').removesuffix(
         "\n</memory>")
-    assert "[... truncated: /memories/AGENTS.md is 10000 bytes; HANGO_MEMORY_MAX_BYTES=1001]" in body
+    assert body.endswith("\n[... truncated: /memories/AGENTS.md is 10000 bytes; "
+                         "HANGO_MEMORY_MAX_BYTES=1001; left out: /memories/b.md]")
     assert len(body.encode("utf-8")) <= 1001
     assert set(body.split("\n[...")[0]) == {"é"}  # no half character
     assert result.memory_bytes <= 1001
-    assert any("truncated" in w for w in result.warnings)
+    assert ("memory source /memories/AGENTS.md truncated at HANGO_MEMORY_MAX_BYTES=1001; "
+            "left out: /memories/b.md") in result.warnings
 
 
 def test_the_cap_is_applied_in_sql(db: Database, tenant: str) -> None:

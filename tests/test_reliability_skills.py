@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from hango.agent.frontmatter import HEAD_BYTES, FrontmatterError, parse
@@ -83,19 +83,12 @@ def good_skill(name: str, description: str, tools: str = "") -> str:
 
 
 def head_outcome(data: bytes) -> str | None:
-    """The name the runtime should index for these bytes, or None if it must skip the file.
+    """The parser's verdict on the whole file's bytes: the name to index, or None to skip it.
 
-    The runtime reads the first HEAD_BYTES bytes (a character cut at the end is dropped) and
-    parses them; bytes that are not UTF-8 are not a skill."""
-    head = data[:HEAD_BYTES]
+    The runtime reads only a head of each file from the database (and decodes it); whatever it
+    does, it must agree with the parser reading the file itself."""
     try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.reason != "unexpected end of data" or exc.start < len(head) - 3:
-            return None
-        text = head[: exc.start].decode("utf-8")
-    try:
-        return parse(text).name
+        return parse(data).name
     except FrontmatterError:
         return None
 
@@ -225,7 +218,7 @@ def tools_key(draw: st.DrawFn) -> str:
 @st.composite
 def scenario(draw: st.DrawFn) -> dict[str, Any]:
     allowlist = draw(st.lists(st.sampled_from(UNIVERSE), unique=True, max_size=len(UNIVERSE)))
-    if draw(st.booleans()) and "read_file" not in allowlist:
+    if draw(st.integers(0, 3)) and "read_file" not in allowlist:
         allowlist.append("read_file")  # usually the agent can read its skills
     sources = draw(st.permutations(["/skills/", "/skills/team/", "/skills/ops/"]))
     sources = sources[: draw(st.integers(1, 3))]
@@ -237,10 +230,12 @@ def scenario(draw: st.DrawFn) -> dict[str, Any]:
         skills.append((path, good_skill(name, f"Skill {i}.", draw(tools_key()))))
     steps = []
     for _ in range(draw(st.integers(1, 8))):
-        if draw(st.booleans()):
+        kind = draw(st.sampled_from(["skill", "skill", "allowed", "allowed", "allowed", "any"]))
+        if kind == "skill":
             steps.append(("read_file", {"path": draw(st.sampled_from([p for p, _ in skills]))}))
-        else:
-            name = draw(st.sampled_from(UNIVERSE + ["task"]))
+        else:  # mostly tools the allowlist has: those are the ones only a skill can refuse
+            pool = allowlist if kind == "allowed" and allowlist else [*UNIVERSE, "task"]
+            name = draw(st.sampled_from(pool))
             steps.append((name, ARGS.get(name, {})))
     return {"allowlist": allowlist, "sources": sources, "skills": skills, "steps": steps}
 
@@ -276,8 +271,20 @@ def declared_tools(text: str) -> tuple[str, ...] | None:
     return parse(text).allowed_tools
 
 
+TWO_SKILLS = {  # read A then B: the callable set is A ∩ B, not B
+    "allowlist": ["read_file", "ls", "write_file", "glob"], "sources": ["/skills/"],
+    "skills": [("/skills/a/SKILL.md", good_skill("a", "A.", "allowed-tools: read_file ls glob\n")),
+               ("/skills/b/SKILL.md", good_skill("b", "B.", "allowed_tools: [read_file, write_file,"
+                                                 " glob, dangerous_tool]\n"))],
+    "steps": [("read_file", {"path": "/skills/a/SKILL.md"}), ("write_file", ARGS["write_file"]),
+              ("read_file", {"path": "/skills/b/SKILL.md"}), ("write_file", ARGS["write_file"]),
+              ("ls", ARGS["ls"]), ("glob", ARGS["glob"]), ("dangerous_tool", {})],
+}
+
+
 @RUNS
 @given(scenario())
+@example(TWO_SKILLS)
 def test_executed_tools_stay_inside_the_allowlist_and_the_skills_in_use(
     db: Database, tenant_id: str, case: dict[str, Any]
 ) -> None:
@@ -321,11 +328,14 @@ def test_executed_tools_stay_inside_the_allowlist_and_the_skills_in_use(
             assert active is None or call.name in active
         else:
             assert outcome.is_error and outcome.content.startswith(("refused", "error: no tool"))
+            if call.name in allowlist:
+                event("refused by a skill in use")
         if should_run and call.name == "read_file" and not outcome.is_error:
             path = call.arguments["path"]
             declared = declared_tools(texts[path]) if path in indexed else None
             if declared is not None:
                 effective = set(declared) & allowlist
                 active = effective if active is None else active & effective
+                event("narrowed" if active != allowlist else "narrowing read, nothing dropped")
     assert next(ran, None) is None  # nothing else executed
     assert set(executed) <= allowlist

@@ -156,6 +156,8 @@ def _take_head(head: object) -> tuple[bytes, bool]:
     """The first HEAD_BYTES bytes, and whether the file may go on past them.
 
     The input is sliced before anything else touches it, so the body is never read.
+    A caller that decoded a byte-limited read may have dropped up to 3 bytes of a
+    character cut in two, so a head within 3 bytes of the limit counts as cut too.
     """
     if isinstance(head, str):
         data = head[:HEAD_BYTES].encode("utf-8", "surrogatepass")
@@ -163,7 +165,7 @@ def _take_head(head: object) -> tuple[bytes, bool]:
         data = bytes(head[:HEAD_BYTES])
     else:
         raise FrontmatterError(f"expected str or bytes, got {type(head).__name__}")
-    return data[:HEAD_BYTES], len(data) >= HEAD_BYTES
+    return data[:HEAD_BYTES], len(data) > HEAD_BYTES - 4
 
 
 def _is_marker(line: bytes) -> bool:
@@ -618,7 +620,7 @@ def _to_frontmatter(root: _Map) -> Frontmatter:
     return Frontmatter(
         name=name,
         description=description,
-        allowed_tools=_tools(entries, warnings),
+        allowed_tools=_tools(entries),
         metadata=_metadata(entries),
         keys=tuple(entries),
         warnings=tuple(warnings),
@@ -651,7 +653,7 @@ def _check_description(description: str, line: int) -> str:
     return description
 
 
-def _tools(entries: dict[str, tuple[int, _Node]], warnings: list[str]) -> tuple[str, ...] | None:
+def _tools(entries: dict[str, tuple[int, _Node]]) -> tuple[str, ...] | None:
     """The tools list from either spelling of the key; None when neither is present."""
     present = [key for key in _TOOL_KEYS if key in entries]
     if not present:

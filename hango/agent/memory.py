@@ -37,7 +37,8 @@ from hango.telemetry import (
 )
 
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
-TRUNCATION_MARKER = "\n[... truncated: {path} is {size} bytes; HANGO_MEMORY_MAX_BYTES={cap}]"
+TRUNCATION_MARKER = (
+    "\n[... truncated: {path} is {size} bytes; HANGO_MEMORY_MAX_BYTES={cap}{left_out}]")
 
 
 @dataclass
@@ -86,37 +87,41 @@ class MemoryMiddleware:
         with ctx.telemetry.span(SPAN_MEMORY_LOAD) as span:
             # One query; each file cut to the cap in SQL, so a 10 MiB file costs 64 KiB.
             found = {f.path: f for f in ctx.backend.read_many(sources, self.max_bytes)}
-            budget = self.max_bytes
+            present = []
             for path in dict.fromkeys(sources):
-                if path not in found:
+                if path in found:
+                    present.append(found[path])
+                else:
                     state.missing.append(path)
                     ctx.warn(f"memory source {path} does not exist; skipped",
                              event=EVENT_MEMORY_MISSING, path=path)
-                    continue
-                data = found[path]
+            budget = self.max_bytes
+            for i, data in enumerate(present):
                 text = strip_comments(data.content)
                 if not data.truncated and len(text.encode("utf-8")) <= budget:
                     budget -= len(text.encode("utf-8"))
-                else:
-                    text = self._truncate(text, budget, path, data.size)
-                    budget = 0
-                    state.truncated = True
-                    ctx.warn(f"memory source {path} truncated: HANGO_MEMORY_MAX_BYTES="
-                             f"{self.max_bytes} reached")
-                if text:
-                    state.loaded.append((path, text))
+                    state.loaded.append((data.path, text))
+                    continue
+                # Over the cap: cut this source, name the ones after it, and stop. The marker
+                # is inside the budget, so the model always sees where its memory was cut.
+                state.truncated = True
+                left_out = [d.path for d in present[i + 1:]]
+                marker = TRUNCATION_MARKER.format(
+                    path=data.path, size=data.size, cap=self.max_bytes,
+                    left_out=f"; left out: {', '.join(left_out)}" if left_out else "")
+                room = budget - len(marker.encode("utf-8"))
+                if room >= 0:
+                    state.loaded.append((data.path, cut_utf8(text, room) + marker))
+                ctx.warn(f"memory source {data.path} truncated at HANGO_MEMORY_MAX_BYTES="
+                         f"{self.max_bytes}" + (f"; left out: {', '.join(left_out)}"
+                                                if left_out else ""))
+                break
             total = sum(len(t.encode("utf-8")) for _, t in state.loaded)
             ctx.memory_bytes = total
             ctx.memory_sources = [p for p, _ in state.loaded]
             span.set_attribute(ATTR_MEMORY_SOURCES, ctx.memory_sources)
             span.set_attribute(ATTR_MEMORY_BYTES, total)
         ctx.telemetry.record_memory_load(time.perf_counter() - started, total, len(state.loaded))
-
-    def _truncate(self, text: str, budget: int, path: str, size: int) -> str:
-        """Cut at a UTF-8 boundary so that text plus the visible marker fit the budget."""
-        marker = TRUNCATION_MARKER.format(path=path, size=size, cap=self.max_bytes)
-        room = budget - len(marker.encode("utf-8"))
-        return cut_utf8(text, room) + marker if room > 0 else ""
 
     def system_blocks(self, ctx: RunContext) -> Sequence[Block]:
         return [Block(f"<memory path=\"{path}\">\n{text}\n</memory>", path)

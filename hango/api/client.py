@@ -70,7 +70,9 @@ class FilesClient:
 
     def _file(self, path: str) -> str:
         if not path.startswith("/"):
-            path = "/" + path  # the server still refuses what clean() refuses
+            # Over HTTP every path is absolute (it follows /files/), so refuse here what
+            # clean() would refuse, rather than quietly adding the slash.
+            raise ApiError(422, f"invalid path {path!r}: must be absolute (start with /)")
         return self._agent + "/files/" + "/".join(_segment(s) for s in path[1:].split("/"))
 
     def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:

@@ -72,6 +72,16 @@ def decode_head(data: bytes) -> str:
         raise NotText(f"not UTF-8 text at byte {exc.start}") from None
 
 
+def _decode_lenient(data: bytes) -> str:
+    """:func:`decode_head`, but bytes that are not UTF-8 become lone surrogates instead of
+    failing the whole batch: one non-text SKILL.md must not fail the skills scan (and a run), and
+    the frontmatter reader refuses such a head by itself ("not valid UTF-8", with its line)."""
+    try:
+        return decode_head(data)
+    except NotText:
+        return data.decode("utf-8", "surrogateescape")
+
+
 def glob_to_regex(pattern: str) -> str:
     """``**`` spans directories, ``*`` and ``?`` stay within one segment. Anchored both ends."""
     out = []
@@ -137,9 +147,11 @@ class PostgresBackend:
     def _ns(self) -> dict[str, Any]:
         return {"t": self.tenant_id, "a": self.agent_id}
 
-    def _rows(self, rows: list[tuple[str, bytes, int, int]]) -> list[FileData]:
+    def _rows(self, rows: list[tuple[str, bytes, int, int]], *,
+              lenient: bool = False) -> list[FileData]:
         self.bytes_read += sum(len(r[1]) for r in rows)
-        return [FileData(path, decode_head(bytes(data)), version, size)
+        decode = _decode_lenient if lenient else decode_head
+        return [FileData(path, decode(bytes(data)), version, size)
                 for path, data, version, size in rows]
 
     def read(self, path: str, limit: int | None = None) -> FileData:
@@ -186,30 +198,32 @@ class PostgresBackend:
         dirs = list(dict.fromkeys(clean_dir(d) for d in directories))
         if not name or "/" in name or "\\" in name:
             raise ValueError(f"name must be a bare file name, got {name!r}")
+        # Per directory, a range scan of the index (C collation: every path under "/skills/"
+        # sorts in ["/skills/", "/skills0")), stopped by LIMIT; only then is a head cut.
         query = sql.SQL(
-            """SELECT DISTINCT ON (path) path,
-                      CASE WHEN cut IS NULL THEN head ELSE substring(head FROM 1 FOR cut) END,
-                      version, size
-                 FROM (SELECT f.path, f.version, f.size,
-                              substring(f.content FROM 1 FOR %(n)s) AS head,
-                              row_number() OVER (PARTITION BY s.ord ORDER BY f.path) AS nth
-                         FROM unnest(%(prefixes)s::text[]) WITH ORDINALITY AS s(prefix, ord)
-                         JOIN agent_files f ON f.path LIKE s.prefix
-                        WHERE f.tenant_id = %(t)s AND f.agent_id = %(a)s
-                          AND f.path LIKE {suffix}) AS found,
-                      LATERAL (SELECT min(position(m IN head) + length(m) - 1) AS cut
+            """SELECT DISTINCT ON (f.path) f.path,
+                      CASE WHEN stop.cut IS NULL THEN h.head
+                           ELSE substring(h.head FROM 1 FOR stop.cut) END,
+                      f.version, f.size
+                 FROM unnest(%(lo)s::text[], %(hi)s::text[]) AS d(lo, hi),
+                      LATERAL (SELECT path, content, version, size FROM agent_files
+                                WHERE tenant_id = %(t)s AND agent_id = %(a)s
+                                  AND path >= d.lo AND path < d.hi AND path LIKE {suffix}
+                                ORDER BY path LIMIT %(max)s) AS f,
+                      LATERAL (SELECT substring(f.content FROM 1 FOR %(n)s) AS head
+                               OFFSET 0) AS h,  -- OFFSET 0: fetch each head once, not per use
+                      LATERAL (SELECT min(position(m IN h.head) + length(m) - 1) AS cut
                                  FROM unnest(%(stops)s::bytea[]) AS m
-                                WHERE position(m IN head) > 0) AS stop
-                WHERE %(max)s::bigint IS NULL OR nth <= %(max)s::bigint
-                ORDER BY path"""
+                                WHERE position(m IN h.head) > 0) AS stop
+                ORDER BY f.path"""
         ).format(suffix=sql.SQL(_pattern_literal("%/" + like_escape(name))))
         with self.db.tenant(self.tenant_id) as conn:
             rows = conn.execute(
                 query,
                 {**self._ns(), "n": limit, "max": max_per_dir, "stops": list(cut_after),
-                 "prefixes": [like_escape(d) + "%" for d in dirs]}, binary=True,
+                 "lo": dirs, "hi": [d[:-1] + "0" for d in dirs]}, binary=True,
             ).fetchall()
-        return self._rows(rows)
+        return self._rows(rows, lenient=True)
 
     def write(self, path: str, content: str, if_version: int | None = None) -> int:
         """Create or replace a file; return its new version."""

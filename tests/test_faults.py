@@ -1,0 +1,278 @@
+"""The database stops in the middle of a run and in the middle of an API write.
+
+These tests start their OWN embedded PostgreSQL server in a temporary data folder (database
+``faults``), so stopping it never disturbs the shared server the other tests use. The server is
+stopped with ``pg_ctl stop -m fast`` (which terminates the sessions in flight, as a crash or an
+operator would) and started again the way the wheel starts it.
+
+What must hold, every time:
+
+- the caller gets a clear error: :class:`hango.db.DatabaseError` ``database unavailable: ...``
+  from ``Agent.run``, HTTP 503 with ``{"detail": "database unavailable: ..."}`` from the API;
+- nothing is half-written: the file has its old content and version (a transaction killed in
+  flight is rolled back by PostgreSQL; the backend never writes in two transactions);
+- after a restart the same ``Database`` (same pool) and the same API server work again.
+
+"In the middle" is made exact, not left to timing: the write is made to wait on a row lock held
+by another session, the test sees it waiting in ``pg_stat_activity``, and only then stops the
+server, so the kill always lands inside the write's transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from hango.agent.runtime import Agent
+from hango.agents import AgentConfig, create_tenant, create_token, save_agent
+from hango.api.app import create_app, serve_in_thread
+from hango.db import Database, DatabaseError, EmbeddedServer
+from hango.fs.backend import PostgresBackend
+from hango.models.base import Request
+from hango.models.simulated import Reply, SimulatedModel, tool_call
+from hango.settings import load_settings
+
+NOTE = "/notes/state.md"
+POOL_TIMEOUT = 1.0  # how long a request waits for a connection before it reports the outage
+
+
+class Server:
+    """The dedicated server: stop it, start it, see who waits on a lock."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.data_dir: Path = db.data_dir
+
+    def stop(self) -> None:
+        EmbeddedServer.pg_ctl(self.data_dir, "stop", "-m", "fast")
+
+    def start(self) -> None:
+        server = EmbeddedServer.get(self.data_dir)
+        with server._lock:  # the wheel's own start: same socket folder, so the same URI
+            server.ensure_postgres_running()
+        assert make_uri(server) == self.uri
+
+    @property
+    def uri(self) -> str:
+        return make_uri(EmbeddedServer.get(self.data_dir))
+
+    def running(self) -> bool:
+        try:
+            with psycopg.connect(self.db.admin_conninfo, connect_timeout=2):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    def wait_for_lock_waiter(self, timeout: float = 10.0) -> None:
+        """Block until some session of this database is waiting on a lock."""
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.db.admin_conninfo, autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                ).fetchone()
+                if row and row[0] > 0:
+                    return
+                time.sleep(0.01)
+        raise AssertionError("no session started waiting on the lock")
+
+
+def make_uri(server: Any) -> str:
+    return str(server.get_uri())
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    data_dir = tmp_path_factory.mktemp("faults")
+    # database_url=None: always the embedded server, even where HANGO_DATABASE_URL is set
+    db = Database(load_settings(data_dir=data_dir, database_name="faults", database_url=None))
+    db.pool.timeout = POOL_TIMEOUT
+    srv = Server(db)
+    try:
+        yield srv
+    finally:
+        db.close()
+        if srv.running():
+            srv.stop()
+        # stopped by us: the wheel's exit hook has nothing left to stop (and would complain)
+        EmbeddedServer.get(data_dir).cleanup_mode = None
+
+
+@pytest.fixture
+def world(server: Server) -> Iterator[tuple[Database, str]]:
+    if not server.running():  # a failed test must not leave the next one without a server
+        server.start()
+    tenant = create_tenant(server.db, "f-" + uuid.uuid4().hex[:12])
+    save_agent(server.db, tenant, "a1", AgentConfig())
+    PostgresBackend(server.db, tenant, "a1").write(NOTE, "old")
+    yield server.db, tenant
+    if not server.running():
+        server.start()
+
+
+def state(db: Database, tenant: str) -> tuple[str, int]:
+    data = PostgresBackend(db, tenant, "a1").read(NOTE)
+    return data.content, data.version
+
+
+def stopping_then(server: Server, reply: list[Any]) -> Callable[[Request], Reply]:
+    """A model turn that stops the database, then asks for ``reply``'s tool calls."""
+    def policy(request: Request) -> Reply:
+        server.stop()
+        return Reply("", tuple(reply))
+    return policy
+
+
+# --- a run ------------------------------------------------------------------------------------
+
+
+def test_database_stops_between_two_steps_of_a_run(server: Server,
+                                                   world: tuple[Database, str]) -> None:
+    db, tenant = world
+    model = SimulatedModel(policy=[
+        [tool_call("read_file", {"path": NOTE})],  # works: the database is up
+        stopping_then(server, [tool_call("write_file", {"path": NOTE, "content": "new"})]),
+        "unreachable",
+    ])
+    started = time.monotonic()
+    with pytest.raises(DatabaseError, match=r"^database unavailable: ") as info:
+        Agent(db, tenant, "a1", model).run("update the note")
+    assert time.monotonic() - started < POOL_TIMEOUT + 10
+    assert "Traceback" not in str(info.value)
+    server.start()
+    assert state(db, tenant) == ("old", 1)  # nothing was written
+    after = Agent(db, tenant, "a1", SimulatedModel(policy=[
+        [tool_call("write_file", {"path": NOTE, "content": "new"})], "done"])).run("again")
+    assert after.stop_reason == "final" and after.text == "done"
+    assert state(db, tenant) == ("new", 2)
+
+
+def test_database_stops_inside_a_tools_transaction(server: Server,
+                                                   world: tuple[Database, str]) -> None:
+    """The kill lands while the tool's UPDATE waits on a row lock, inside its transaction."""
+    db, tenant = world
+    blocker = psycopg.connect(db.admin_conninfo)
+    blocker.execute("SELECT 1 FROM agent_files WHERE tenant_id = %s AND path = %s FOR UPDATE",
+                    [tenant, NOTE])
+
+    def kill_when_waiting() -> None:
+        server.wait_for_lock_waiter()
+        server.stop()
+
+    killer = threading.Thread(target=kill_when_waiting)
+    killer.start()
+    model = SimulatedModel(policy=[
+        [tool_call("edit_file", {"path": NOTE, "old_string": "old", "new_string": "new"})],
+        "unreachable"])
+    try:
+        with pytest.raises(DatabaseError, match=r"^database unavailable: "):
+            Agent(db, tenant, "a1", model).run("edit the note")
+    finally:
+        killer.join(timeout=30)
+        blocker.close()
+    server.start()
+    assert state(db, tenant) == ("old", 1)  # the edit's transaction was rolled back whole
+    result = Agent(db, tenant, "a1", SimulatedModel(policy=[
+        [tool_call("edit_file", {"path": NOTE, "old_string": "old", "new_string": "new"})],
+        "done"])).run("edit the note")
+    assert result.text == "done"
+    assert state(db, tenant) == ("new", 2)
+
+
+def test_a_run_that_starts_while_the_database_is_down(server: Server,
+                                                      world: tuple[Database, str]) -> None:
+    db, tenant = world
+    config = AgentConfig()  # given: the run must fail in before_run, not in load_config
+    server.stop()
+    with pytest.raises(DatabaseError, match=r"^database unavailable: "):
+        Agent(db, tenant, "a1", SimulatedModel(), config=config).run("hi")
+    server.start()
+    assert Agent(db, tenant, "a1", SimulatedModel()).run("hi").stop_reason == "final"
+
+
+def test_the_pool_recovers_after_a_restart(server: Server, world: tuple[Database, str]) -> None:
+    """Idle pooled connections die with the server; each is checked before it is handed out
+    (``check=ConnectionPool.check_connection``), so none reaches a caller after the restart."""
+    db, tenant = world
+    with ExitStack() as stack:  # fill the pool with idle connections
+        for _ in range(6):
+            stack.enter_context(db.pool.connection())
+    assert db.pool.get_stats()["pool_available"] >= 6
+    server.stop()
+    server.start()
+    backend = PostgresBackend(db, tenant, "a1")
+    for _ in range(10):  # more reads than there were idle (now dead) connections
+        assert backend.read(NOTE).content == "old"
+
+
+# --- the files API ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def api(server: Server, world: tuple[Database, str]) -> Iterator[tuple[httpx.Client, str]]:
+    db, tenant = world
+    url, stop = serve_in_thread(create_app(db))
+    token = create_token(db, tenant, "owner")
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                      timeout=30) as client:
+        yield client, tenant
+    stop()
+
+
+URL = f"/v1/agents/a1/files{NOTE}"
+
+
+def test_api_write_while_the_database_is_down_is_503(
+    server: Server, world: tuple[Database, str], api: tuple[httpx.Client, str]
+) -> None:
+    db, tenant = world
+    client, _ = api
+    assert client.get(URL).text == "old"
+    server.stop()
+    for response in (client.put(URL, content="new"), client.get(URL),
+                     client.patch(URL, json={"old": "old", "new": "new"})):
+        assert response.status_code == 503, response.text
+        assert response.json()["detail"].startswith("database unavailable: ")
+        assert response.headers["Retry-After"]
+    server.start()
+    assert state(db, tenant) == ("old", 1)
+    put = client.put(URL, content="new", headers={"If-Match": '"1"'})
+    assert put.status_code == 200 and put.headers["ETag"] == '"2"'
+
+
+def test_api_write_killed_in_flight_is_503_and_rolled_back(
+    server: Server, world: tuple[Database, str], api: tuple[httpx.Client, str]
+) -> None:
+    db, tenant = world
+    client, _ = api
+    blocker = psycopg.connect(db.admin_conninfo)
+    blocker.execute("SELECT 1 FROM agent_files WHERE tenant_id = %s AND path = %s FOR UPDATE",
+                    [tenant, NOTE])
+    responses: list[httpx.Response] = []
+    writer = threading.Thread(target=lambda: responses.append(
+        client.put(URL, content="x" * 100_000)))
+    writer.start()
+    try:
+        server.wait_for_lock_waiter()  # the PUT's INSERT ... ON CONFLICT waits on the row lock
+        server.stop()
+        writer.join(timeout=30)
+    finally:
+        blocker.close()
+    (response,) = responses
+    assert response.status_code == 503, response.text
+    assert response.json()["detail"].startswith("database unavailable: ")
+    server.start()
+    got = client.get(URL)
+    assert got.status_code == 200 and got.text == "old" and got.headers["ETag"] == '"1"'
+    assert client.put(URL, content="new").json() == {"path": NOTE, "version": 2}
+    assert state(db, tenant) == ("new", 2)
