@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: lab test lint install serve bench clean-data
+.PHONY: lab test lint install serve bench notebooks clean-data
 
 $(BIN)/.hango-installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ lint: install
 
 test: lint
 	IPYKERNEL_CELL_NAME="<IPY-INPUT>" $(BIN)/pytest -q --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg tests notebooks
+
+notebooks: install  ## after changing hango: re-execute the course, commit the outputs
+	$(BIN)/python notebooks/refresh.py
 
 serve: install
 	$(BIN)/hango serve
