@@ -46,7 +46,7 @@ TENANT = f"bench-before-run-{os.getpid()}"  # concurrent runs never collide
 SKILL_BYTES = 2221  # the notes' setup (shared/notes/deepagents.md §6)
 DESCRIPTION_CHARS = 196
 MEMORY_BYTES = 64 * 1024
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "skills" / "files"
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "skills-corpus" / "files"
 FRONTMATTER = re.compile(r"^---\s*\n(.*?)\n---\s*\n", re.DOTALL)  # deepagents' split
 
 

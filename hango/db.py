@@ -108,11 +108,26 @@ class Database:
             min_size=1,
             max_size=8,
             configure=self._configure,
-            check=ConnectionPool.check_connection,
+            check=self._check,
             timeout=5.0,  # a request waits at most 5 s for a connection, then fails clearly
+            # Reconnection backs off 1, 2, 4, 8 ... s; starting over every 5 s keeps the next
+            # attempt at most ~2 s after the server is back (the default 300 s would leave
+            # requests failing for minutes after a long outage although the server is up).
+            reconnect_timeout=5.0,
             open=True,
             name="hango",
         )
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """Check a pooled connection before it is handed out. When one is dead, the server has
+        most likely restarted and every idle one is dead too: check them all at once
+        (``pool.check()`` replaces the dead ones). Left to the pool, one request would find them
+        one by one, sleeping 1, 2, 4 ... s between them, and fail although the server is up."""
+        try:
+            ConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            self.pool.check()
+            raise
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         if self._set_role:

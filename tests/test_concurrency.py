@@ -109,7 +109,7 @@ def run_writers(setup: Setup, mode: str, seed: str) -> Outcome:
     save_agent(setup.db, setup.tenant, agent, AgentConfig())
     backend = PostgresBackend(setup.db, setup.tenant, agent)
     assert backend.write(MEMORY, seed) == 1
-    start_at = time.time() + 2.0  # every process is up and connected by then
+    start_at = time.time() + 1.2  # every process is up and connected by then
     procs = [subprocess.Popen(
         [sys.executable, "-c", WORKER, setup.url, setup.token, agent, str(w), str(EDITS), mode,
          str(start_at)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

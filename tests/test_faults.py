@@ -20,6 +20,7 @@ server, so the kill always lands inside the write's transaction.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -42,7 +43,9 @@ from hango.models.simulated import Reply, SimulatedModel, tool_call
 from hango.settings import load_settings
 
 NOTE = "/notes/state.md"
-POOL_TIMEOUT = 1.0  # how long a request waits for a connection before it reports the outage
+DOWN_TIMEOUT = 1.0  # while the server is down, a request reports the outage after this long
+OUTAGE = float(os.environ.get("HANGO_FAULTS_OUTAGE", "9"))  # seconds, for the longer outage
+UP_TIMEOUT = 5.0  # after a restart, hango's own pool timeout (db.py): the next request must work
 
 
 class Server:
@@ -54,16 +57,19 @@ class Server:
 
     def stop(self) -> None:
         EmbeddedServer.pg_ctl(self.data_dir, "stop", "-m", "fast")
+        self.db.pool.timeout = DOWN_TIMEOUT  # only so that the tests are quick
 
     def start(self) -> None:
+        uri = self.uri
         server = EmbeddedServer.get(self.data_dir)
         with server._lock:  # the wheel's own start: same socket folder, so the same URI
             server.ensure_postgres_running()
-        assert make_uri(server) == self.uri
+        assert self.uri == uri
+        self.db.pool.timeout = UP_TIMEOUT
 
     @property
     def uri(self) -> str:
-        return make_uri(EmbeddedServer.get(self.data_dir))
+        return str(EmbeddedServer.get(self.data_dir).get_uri())
 
     def running(self) -> bool:
         try:
@@ -87,16 +93,12 @@ class Server:
         raise AssertionError("no session started waiting on the lock")
 
 
-def make_uri(server: Any) -> str:
-    return str(server.get_uri())
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     data_dir = tmp_path_factory.mktemp("faults")
     # database_url=None: always the embedded server, even where HANGO_DATABASE_URL is set
     db = Database(load_settings(data_dir=data_dir, database_name="faults", database_url=None))
-    db.pool.timeout = POOL_TIMEOUT
+    assert db.pool.timeout == UP_TIMEOUT
     srv = Server(db)
     try:
         yield srv
@@ -147,7 +149,7 @@ def test_database_stops_between_two_steps_of_a_run(server: Server,
     started = time.monotonic()
     with pytest.raises(DatabaseError, match=r"^database unavailable: ") as info:
         Agent(db, tenant, "a1", model).run("update the note")
-    assert time.monotonic() - started < POOL_TIMEOUT + 10
+    assert time.monotonic() - started < DOWN_TIMEOUT + 10
     assert "Traceback" not in str(info.value)
     server.start()
     assert state(db, tenant) == ("old", 1)  # nothing was written
@@ -213,6 +215,32 @@ def test_the_pool_recovers_after_a_restart(server: Server, world: tuple[Database
     backend = PostgresBackend(db, tenant, "a1")
     for _ in range(10):  # more reads than there were idle (now dead) connections
         assert backend.read(NOTE).content == "old"
+
+
+def test_the_pool_recovers_promptly_after_a_longer_outage(
+    server: Server, world: tuple[Database, str]
+) -> None:
+    """Requests keep failing for ``OUTAGE`` s (as an API under traffic would see), then the server is
+    back: the very next request must get a connection within the pool's timeout. The pool
+    reconnects with exponential backoff (1, 2, 4, 8 s ...); unless its attempts give up and
+    start over (``reconnect_timeout``), the next attempt may be many seconds after the server
+    is back, and every request until then fails although the database is up."""
+    db, tenant = world
+    backend = PostgresBackend(db, tenant, "a1")
+    server.stop()
+    failures = 0
+    until = time.monotonic() + OUTAGE
+    while time.monotonic() < until:
+        with pytest.raises(DatabaseError):
+            backend.read(NOTE)
+        failures += 1
+    server.start()
+    started = time.monotonic()
+    assert backend.read(NOTE).content == "old"
+    took = time.monotonic() - started
+    print(f"\n{failures} failed requests in the outage; the first one after the restart took "
+          f"{took:.2f} s")
+    assert took < 3.0  # the next reconnection attempt is at most ~2 s away
 
 
 # --- the files API ----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Conformance: hango reads the public SKILL.md corpus as PyYAML does, or rejects it.
 
-``shared/corpus/skills/expected.json`` records what PyYAML (``yaml.safe_load``) reads
-from each of 92 real frontmatters. For every file hango must either read the same
+``tests/data/skills-corpus/expected.json`` (a copy of the course's research corpus)
+records what PyYAML (``yaml.safe_load``) reads from each of 92 real frontmatters.
+For every file hango must either read the same
 name, description, tools, metadata and keys, or reject the file for one of hango's
 own rules, and only when the recorded values really break that rule. A different
 value is a failure. Run with ``-s`` to see the summary.
@@ -26,8 +27,8 @@ from hango.agent.frontmatter import (
     split_tools,
 )
 
-# tests/ -> the repository -> its parent, where shared/ sits (in CI too).
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "skills"
+# The corpus is vendored in tests/data so the test runs in every clone.
+CORPUS = Path(__file__).resolve().parent / "data" / "skills-corpus"
 
 
 def load_expected() -> list[dict[str, Any]]:

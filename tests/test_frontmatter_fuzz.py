@@ -41,7 +41,7 @@ FUZZ = settings(
     deadline=timedelta(seconds=2),  # a parse of at most 16 KiB takes milliseconds
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "skills" / "files"
+CORPUS = Path(__file__).resolve().parent / "data" / "skills-corpus" / "files"
 CORPUS_FILES = [path.read_bytes() for path in sorted(CORPUS.rglob("SKILL.md"))]
 
 

@@ -55,7 +55,7 @@ EXAMPLES = int(os.environ.get("HANGO_FUZZ_EXAMPLES", "300"))
 RUNS = settings(max_examples=max(30, EXAMPLES // 10), deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.filter_too_much])
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "skills" / "files"
+CORPUS = Path(__file__).resolve().parent / "data" / "skills-corpus" / "files"
 CORPUS_FILES = [p.read_bytes() for p in sorted(CORPUS.rglob("SKILL.md"))][:200]
 
 
@@ -150,16 +150,16 @@ def test_a_run_with_broken_skills_completes_with_the_good_ones(
     backend = PostgresBackend(db, tenant_id, agent)
     for name, text in GOOD.items():
         backend.write(f"/skills/{name}/SKILL.md", text)
-    expected_invalid = set()
-    extra_names = set()
+    expected_invalid: set[str] = set()
+    extra_names: set[str] = set()
     for j, data in enumerate(broken):
         path = f"/skills/broken-{j}/SKILL.md"
         write_raw(db, tenant_id, agent, path, data)
-        name = head_outcome(data)
-        if name is None:
+        outcome = head_outcome(data)
+        if outcome is None:
             expected_invalid.add(path)
         else:
-            extra_names.add(name)
+            extra_names.add(outcome)
     model = SimulatedModel(policy=[[tool_call("read_file", {"path": "/skills/good-0/SKILL.md"})],
                                    "done"])
     result = Agent(db, tenant_id, agent, model).run("use a skill")

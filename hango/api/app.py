@@ -263,6 +263,7 @@ _PATH_RULES = (
 )
 # Necessary, not sufficient: JSON Schema cannot say "Unicode category Cf" or "255 UTF-8 bytes".
 _PATH_SHAPE = r"^[^/\\\x00-\x1f\x7f-\x9f]+(/[^/\\\x00-\x1f\x7f-\x9f]+)*$"
+_QUERY_PATH_SHAPE = r"^/[^\\\x00-\x1f\x7f-\x9f]*$"  # absolute; no backslash or control
 
 
 def _file_path(
@@ -482,10 +483,10 @@ def delete_file(
 def list_files(
     agent: Annotated[_Agent, Depends(_agent)],
     dir: Annotated[str | None, Query(description="A directory, default /.",
-                                     json_schema_extra={"pattern": "^/"})] = None,
+                                     json_schema_extra={"pattern": _QUERY_PATH_SHAPE})] = None,
     glob: Annotated[str | None, Query(description="An absolute pattern: * and ? within a "
                                                    "segment, ** across segments.",
-                                      json_schema_extra={"pattern": "^/"})] = None,
+                                      json_schema_extra={"pattern": _QUERY_PATH_SHAPE})] = None,
 ) -> Listing:
     if dir is not None and glob is not None:
         raise HTTPException(422, "give ?dir= or ?glob=, not both")
