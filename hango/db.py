@@ -154,18 +154,21 @@ class Database:
     @contextmanager
     def tenant(self, tenant_id: str) -> Iterator[psycopg.Connection[Any]]:
         """A transaction as ``hango_app`` with ``hango.tenant_id`` set for RLS."""
-        try:
-            with self.pool.connection() as conn, conn.transaction():
-                conn.execute("SELECT set_config('hango.tenant_id', %s, true)", [tenant_id])
-                yield conn
-        except psycopg.OperationalError as exc:
-            raise DatabaseError(f"database unavailable: {exc}".strip()) from exc
+        with self._transaction(tenant_id) as conn:
+            yield conn
 
     @contextmanager
     def app(self) -> Iterator[psycopg.Connection[Any]]:
         """A transaction as ``hango_app`` with no tenant: RLS shows it no tenant rows."""
+        with self._transaction(None) as conn:
+            yield conn
+
+    @contextmanager
+    def _transaction(self, tenant_id: str | None) -> Iterator[psycopg.Connection[Any]]:
         try:
             with self.pool.connection() as conn, conn.transaction():
+                if tenant_id is not None:
+                    conn.execute("SELECT set_config('hango.tenant_id', %s, true)", [tenant_id])
                 yield conn
         except psycopg.OperationalError as exc:
             raise DatabaseError(f"database unavailable: {exc}".strip()) from exc

@@ -16,7 +16,7 @@ memory's blocks against the breakpoint index, not this list)::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from hango.agent.hooks import (
@@ -120,5 +120,3 @@ class DefaultStack(Stack):
         """A deliberately different order, for showing what the pinned one protects."""
         return Stack([self.slots[s] for s in order if self.slots.get(s) is not None])
 
-
-StackFactory = Callable[[], Stack]
