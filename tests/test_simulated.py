@@ -93,9 +93,10 @@ def test_count_tokens_is_utf8_bytes_over_four_rounded_up() -> None:
 
 
 def test_position_tokens_follow_the_documented_formula() -> None:
-    # tool: '{"description":"Read a file.","input_schema":{},"name":"read"}' = 62 chars -> 16 + 3
+    # tool, as sent: '{"description":"Read a file.","input_schema":{"properties":{},
+    # "type":"object"},"name":"read"}' = 94 chars -> 24 + 3
     req = request(1, tools=(ToolSpec("read", "Read a file."),))
-    assert [p.tokens for p in positions(req)] == [19, SYS, HI]
+    assert [p.tokens for p in positions(req)] == [27, SYS, HI]
     assert [p.tier for p in positions(req)] == ["tools", "system", "messages"]
 
 
