@@ -36,6 +36,7 @@ from hango.db import Database
 from hango.fs.backend import PostgresBackend
 from hango.models.base import Message, Request, Response, ToolCall
 from hango.models.simulated import (
+    READINGS,
     TTL,
     Refresh,
     Reply,
@@ -108,7 +109,6 @@ STACKS: dict[str, Callable[[Agent], Stack]] = {
 
 
 TTLS: tuple[TTL, ...] = ("5m", "1h")
-READINGS: tuple[Refresh, ...] = ("all", "longest")
 
 
 def slots(agent: Agent) -> DefaultStack:
