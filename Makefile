@@ -31,7 +31,7 @@ serve: install
 	$(BIN)/hango serve
 
 bench: install
-	for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	for f in $(filter-out bench/provider_check.py,$(wildcard bench/*.py)); do echo "== $$f"; $(BIN)/python $$f || exit 1; done  # provider_check.py needs a key
 
 clean-data:
 	$(BIN)/hango db stop || true
