@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict
 from pydantic import ValidationError
 
 from hango.agents import ROLES, AgentConfig, create_tenant, create_token, save_agent
-from hango.db import APP_ROLE, Database, DatabaseError, project_data_dir
+from hango.db import APP_ROLE, Database, DatabaseError, resolve_data_dir, start_embedded
 from hango.settings import Settings, SettingsError, get_settings
 
 PIN = 0  # a "process id" no process has: while it is listed, the embedded server keeps running
@@ -78,7 +78,7 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 
 def _pgdata(settings: Settings) -> Path:
-    return ((settings.data_dir or project_data_dir()) / "pgdata").resolve()
+    return (resolve_data_dir(settings) / "pgdata").resolve()
 
 
 def _embedded() -> Any:
@@ -157,7 +157,7 @@ def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         # cleanup_mode=None and the pin: this process leaving, or the last notebook or server
         # leaving, does not stop it; `hango db stop` does.
-        server = _embedded().get_server(pgdata, cleanup_mode=None)
+        server = start_embedded(pgdata, cleanup_mode=None)
         with server._lock:
             server.global_process_id_list.get_and_add(PIN)
         _open_db(settings).close()  # creates the database and applies the schema
