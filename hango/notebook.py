@@ -15,7 +15,7 @@ from typing import Any
 from hango.agent.runtime import Agent, RunResult
 from hango.agents import AgentConfig, create_tenant, create_token, drop_tenant, save_agent
 from hango.api.app import create_app, serve_in_thread
-from hango.api.client import FilesClient
+from hango.api.client import ApiError, FilesClient
 from hango.db import Database, get_database
 from hango.fs.backend import PostgresBackend
 from hango.models.base import Model, Request, Response
@@ -82,6 +82,35 @@ def show_warnings(result: RunResult) -> None:
         print(f"  - {event.name}: {attrs}")
 
 
+class TenantTaken(RuntimeError):
+    """Another kernel (a copy of this notebook, or the same one opened twice) restarted this
+    notebook's tenant: its tokens, agents and files are gone or are the other kernel's now."""
+
+
+class CourseClient(FilesClient):
+    """A :class:`FilesClient` that, on ``401``, checks whether another kernel took the tenant and
+    says so instead of a bare "unknown bearer token"."""
+
+    def __init__(self, course_check: Callable[[], None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._course_check = course_check
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> Any:
+        try:
+            return super()._send(method, url, **kwargs)
+        except ApiError as exc:
+            if exc.status == 401:
+                self._course_check()
+            raise
+
+
+def _generation(db: Database, tenant: str) -> object:
+    """The tenant's creation time: a new value means someone dropped and recreated it."""
+    with db.tenant(tenant) as conn:
+        row = conn.execute("SELECT created_at FROM tenants WHERE tenant_id = %s", [tenant]).fetchone()
+    return None if row is None else row[0]
+
+
 @dataclass
 class Course:
     """One notebook's sandbox: a fresh tenant and agent, tokens, the files API over HTTP.
@@ -94,23 +123,33 @@ class Course:
     tenant: str
     agent_id: str
     base_url: str
-    owner: FilesClient
-    member: FilesClient
     telemetry: Configured
     _stop: Callable[[], None]
     _runs: count[int] = field(default_factory=lambda: count(1))
+    _generation: object = None
+    owner: FilesClient = field(init=False)
+    member: FilesClient = field(init=False)
+
+    def check_tenant(self) -> None:
+        """Raise :class:`TenantTaken` if another kernel restarted this notebook's tenant."""
+        if _generation(self.db, self.tenant) != self._generation:
+            raise TenantTaken(
+                f"another notebook restarted tenant {self.tenant!r} after this one did (a copy of "
+                "this notebook, or the same notebook open twice). Close the other one, then run "
+                "this notebook again from its first cell.")
 
     def backend(self, agent_id: str | None = None) -> PostgresBackend:
         return PostgresBackend(self.db, self.tenant, agent_id or self.agent_id)
 
     def agent(self, model: Model, agent_id: str | None = None, **kwargs: Any) -> Agent:
         """An :class:`Agent` with deterministic run ids (``run-1``, ``run-2``, …)."""
+        self.check_tenant()
         kwargs.setdefault("telemetry", self.telemetry.telemetry)
         kwargs.setdefault("run_ids", lambda: f"run-{next(self._runs)}")
         return Agent(self.db, self.tenant, agent_id or self.agent_id, model, **kwargs)
 
     def client(self, token: str, agent_id: str | None = None) -> FilesClient:
-        return FilesClient(self.base_url, token, agent_id or self.agent_id)
+        return CourseClient(self.check_tenant, self.base_url, token, agent_id or self.agent_id)
 
     def close(self) -> None:
         self.owner.close()
@@ -127,6 +166,8 @@ def start(tenant: str, agent_id: str = "assistant", config: AgentConfig | None =
     create_tenant(db, tenant)
     save_agent(db, tenant, agent_id, config or AgentConfig())
     base_url, stop = serve_in_thread(create_app(db))
-    owner = FilesClient(base_url, create_token(db, tenant, "owner", "notebook"), agent_id)
-    member = FilesClient(base_url, create_token(db, tenant, "member", "notebook"), agent_id)
-    return Course(db, tenant, agent_id, base_url, owner, member, configure("memory"), stop)
+    course = Course(db, tenant, agent_id, base_url, configure("memory"), stop,
+                    _generation=_generation(db, tenant))
+    course.owner = course.client(create_token(db, tenant, "owner", "notebook"))
+    course.member = course.client(create_token(db, tenant, "member", "notebook"))
+    return course

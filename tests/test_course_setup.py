@@ -85,3 +85,27 @@ def test_doctor_names_an_unwritable_data_folder_and_exits_non_zero(tmp_path: Pat
     done = _run("from hango.doctor import main\nraise SystemExit(main())\n", data, tmp_path)
     assert done.returncode >= 1
     assert "PROBLEM data folder" in done.stdout and "HANGO_DATA_DIR" in done.stdout
+
+
+def test_a_kernel_is_told_when_another_notebook_took_its_tenant(db: object) -> None:
+    from hango.api.client import ApiError
+    from hango.models.simulated import SimulatedModel
+    from hango.notebook import TenantTaken, start
+
+    first = start("t-course-taken")
+    try:
+        first.owner.write("/notes/a.md", "mine")
+        first.agent(SimulatedModel(policy=["ok"])).run("hi")  # nobody else yet: no complaint
+        second = start("t-course-taken")  # a copy of the notebook, opened in another kernel
+        try:
+            with pytest.raises(TenantTaken, match="another notebook restarted tenant 't-course-taken'"):
+                first.owner.read("/notes/a.md")  # its token is gone: a 401 explained
+            with pytest.raises(TenantTaken, match="run this notebook again from its first cell"):
+                first.agent(SimulatedModel(policy=["ok"]))
+            with pytest.raises(ApiError) as missing:
+                second.owner.read("/notes/a.md")  # the copy's own errors stay what they are
+            assert missing.value.status == 404
+        finally:
+            second.close()
+    finally:
+        first.close()

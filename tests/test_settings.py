@@ -103,5 +103,5 @@ def test_lists_read_commas_and_json(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HANGO_MEMORY_DEFAULT_SOURCES", '["/memories/c.md"]')
     assert load_settings().memory_default_sources == ["/memories/c.md"]
     monkeypatch.setenv("HANGO_SKILLS_DEFAULT_SOURCES", "/notes/")
-    with pytest.raises(SettingsError, match="HANGO_SKILLS_DEFAULT_SOURCES.*/skills/"):
+    with pytest.raises(SettingsError, match=r"HANGO_SKILLS_DEFAULT_SOURCES.*/skills/"):
         load_settings()
