@@ -45,16 +45,15 @@ def exercise(exercise_id: str, hint: str) -> Callable[[Callable[..., str]], Call
     return register
 
 
-def check(exercise_id: str, course: Course, **work: Any) -> bool:
+def check(exercise_id: str, course: Course, **work: Any) -> None:
     """Check one exercise; print ``PASS ...`` or ``NOT YET ...`` and a hint. Never raises."""
     ex = EXERCISES[exercise_id]
     try:
         verified = ex.check(course, **work)
     except NotYet as missing:
         print(f"NOT YET {exercise_id}: {missing}\n  hint: {ex.hint}")
-        return False
+        return
     print(f"PASS {exercise_id}: {verified}")
-    return True
 
 
 # --- what a run shows -------------------------------------------------------------------------

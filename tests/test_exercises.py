@@ -43,22 +43,25 @@ def course() -> Course:
 @pytest.mark.parametrize("exercise_id", sorted(EXERCISES))
 def test_unfinished_work_is_not_yet_with_a_hint(course: Course, exercise_id: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    assert check(exercise_id, course) is False
+    check(exercise_id, course)
     out = capsys.readouterr().out
     assert out.startswith(f"NOT YET {exercise_id}: ") and "\n  hint: " in out
 
 
 def test_wrong_answers_are_not_yet(course: Course, capsys: pytest.CaptureFixture[str]) -> None:
-    assert not check("01.1", course, statuses=[422, 201, 201])
-    assert not check("01.2", course, path="/memories/AGENTS.md")
-    assert not check("04.2", course, predicted={"name of 65 characters": True,
-                                                "description of 1,024 characters": True,
-                                                "allowed-tools: with nothing after it": True})
-    assert not check("05.2", course, with_empty_list={"ls"}, without_key={"ls"})
-    assert not check("07.3", course, sql="SELECT count(*) FROM agent_files WHERE false")
-    assert capsys.readouterr().out.count("NOT YET") == 5
+    check("01.1", course, statuses=[422, 201, 201])
+    check("01.2", course, path="/memories/AGENTS.md")
+    check("04.2", course, predicted={"name of 65 characters": True,
+                                     "description of 1,024 characters": True,
+                                     "allowed-tools: with nothing after it": True})
+    check("05.2", course, with_empty_list={"ls"}, without_key={"ls"})
+    check("07.3", course, sql="SELECT count(*) FROM agent_files WHERE false")
+    out = capsys.readouterr().out
+    assert out.count("NOT YET") == 5 and "PASS" not in out
 
 
-def test_a_right_answer_passes(course: Course) -> None:
-    assert check("01.2", course, path="/memories\uff0fAGENTS.md")
-    assert check("05.2", course, with_empty_list=set(), without_key={"read_file", "ls"})
+def test_a_right_answer_passes(course: Course, capsys: pytest.CaptureFixture[str]) -> None:
+    check("01.2", course, path="/memories\uff0fAGENTS.md")
+    check("05.2", course, with_empty_list=set(), without_key={"read_file", "ls"})
+    out = capsys.readouterr().out
+    assert out.startswith("PASS 01.2") and "\nPASS 05.2" in out and "NOT YET" not in out
