@@ -491,7 +491,7 @@ def test_configure_does_not_touch_globals_unless_asked() -> None:
 
 
 def test_configure_rejects_unknown_mode() -> None:
-    with pytest.raises(ValueError, match="memory, console, otlp, langfuse"):
+    with pytest.raises(ValueError, match="memory, console, otlp, phoenix, langfuse"):
         t.configure("grafana")
 
 
