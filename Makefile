@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: lab test lint install serve bench notebooks clean-data
+.PHONY: lab test lint install serve bench notebooks clean-data traces traces-stop
 
 $(BIN)/.hango-installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,3 +36,9 @@ bench: install
 clean-data:
 	$(BIN)/hango db stop || true
 	rm -rf .hango
+
+traces:  ## Arize Phoenix (trace viewer, no Docker) in .traces-venv, on 127.0.0.1:6006
+	$(PYTHON) deploy/phoenix/traces.py start
+
+traces-stop:
+	$(PYTHON) deploy/phoenix/traces.py stop
