@@ -32,7 +32,12 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality, M
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from hango import telemetry as t
+from hango.agent.runtime import Agent
+from hango.agents import AgentConfig, save_agent
+from hango.db import Database
+from hango.fs.backend import PostgresBackend
 from hango.models.base import CacheDiagnostics, Request, Response, Usage
+from hango.models.simulated import SimulatedModel, tool_call
 
 
 @dataclass
@@ -499,3 +504,27 @@ def test_langfuse_configured_twice_with_one_key_exports_twice(receiver: Receiver
                for rs in ExportTraceServiceRequest.FromString(body).resource_spans
                for ss in rs.scope_spans for s in ss.spans if s.name == t.SPAN_RUN)
     assert runs == 2
+
+
+def test_langfuse_receives_every_span_of_a_real_run(receiver: Receiver, db: Database, tenant: str) -> None:
+    save_agent(db, tenant, "a1", AgentConfig(tools=["ls"], memory=["/memories/AGENTS.md"]))
+    PostgresBackend(db, tenant, "a1").write("/memories/AGENTS.md", "Answer in French.\n")
+    local = t.configure("memory")
+    lf = t.configure("langfuse", langfuse_host=receiver.base, langfuse_public_key="pk-lf-real-run",
+                     langfuse_secret_key="sk-lf-real-run")
+    try:
+        for c in (local, lf):
+            model = SimulatedModel(policy=[[tool_call("ls", {"path": "/"})], "done"])
+            Agent(db, tenant, "a1", model, telemetry=c.telemetry).run("hi")
+        assert lf.flush(10_000)
+        expected = sorted(s.name for s in local.spans())
+    finally:
+        local.shutdown()
+        lf.shutdown()
+    got = sorted(s.name for body in receiver.bodies(t.LANGFUSE_OTEL_TRACES_PATH)
+                 for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+                 for ss in rs.scope_spans for s in ss.spans)
+    assert got == expected
+    assert {t.SPAN_RUN, t.SPAN_BEFORE_RUN, t.SPAN_MEMORY_LOAD, t.SPAN_SKILLS_INDEX} <= set(got)
+    root = attributes(receiver.spans(t.LANGFUSE_OTEL_TRACES_PATH)[t.SPAN_RUN][0].attributes)
+    assert root["langfuse.trace.metadata.memory_bytes"] == len("Answer in French.\n")

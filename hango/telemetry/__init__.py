@@ -13,6 +13,8 @@ Everything is re-exported here, so ``from hango.telemetry import X`` keeps worki
 from hango.telemetry.configured import (
     Configured,
     ExportLog,
+    TrackedMetricExporter,
+    TrackedSpanExporter,
 )
 from hango.telemetry.facade import (
     Telemetry,
@@ -70,6 +72,7 @@ from hango.telemetry.names import (
     PHOENIX_PROJECT,
     PHOENIX_PROJECT_ATTRIBUTE,
     SCOPE,
+    SCOPE_VERSION,
     SPAN_BEFORE_RUN,
     SPAN_MEMORY_LOAD,
     SPAN_RUN,
@@ -80,6 +83,7 @@ from hango.telemetry.names import (
     InstrumentSpec,
 )
 from hango.telemetry.prometheus import (
+    LOOPBACK,
     add_metrics_route,
     prometheus_label,
     prometheus_meter_provider,
@@ -138,6 +142,7 @@ __all__ = [
     "LANGFUSE_METADATA_SKILLS_COUNT",
     "LANGFUSE_OTEL_TRACES_PATH",
     "LANGFUSE_TRACE_METADATA_PREFIX",
+    "LOOPBACK",
     "MEMORY_BYTES_BUCKETS",
     "MEMORY_LOAD_DURATION_BUCKETS_S",
     "METRIC_CACHE_READ_RATIO",
@@ -153,6 +158,7 @@ __all__ = [
     "PHOENIX_PROJECT",
     "PHOENIX_PROJECT_ATTRIBUTE",
     "SCOPE",
+    "SCOPE_VERSION",
     "SIGNALS",
     "SPAN_BEFORE_RUN",
     "SPAN_MEMORY_LOAD",
@@ -166,6 +172,8 @@ __all__ = [
     "InstrumentSpec",
     "Mode",
     "Telemetry",
+    "TrackedMetricExporter",
+    "TrackedSpanExporter",
     "add_metrics_route",
     "configure",
     "export_every_hango_span",

@@ -102,11 +102,16 @@ def otlp_endpoints(base: str | None = None) -> dict[str, str | None]:
     Per signal: ``OTEL_<SIGNAL>_EXPORTER=none`` turns it off; else
     ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT`` is used as it is; else the base URL (``base``, else
     ``OTEL_EXPORTER_OTLP_ENDPOINT``, else :data:`DEFAULT_OTLP_ENDPOINT`) plus ``/v1/<signal>``.
-    An exporter other than ``otlp`` or ``none`` is refused by name.
+    An exporter other than ``otlp`` or ``none``, or a protocol other than ``http/protobuf``
+    (``OTEL_EXPORTER_OTLP[_<SIGNAL>]_PROTOCOL``), is refused by name.
     """
     out: dict[str, str | None] = {}
     root = (base or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or DEFAULT_OTLP_ENDPOINT)
     for signal in SIGNALS:
+        for var in ("OTEL_EXPORTER_OTLP_PROTOCOL", f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"):
+            if os.environ.get(var, "http/protobuf") != "http/protobuf":
+                raise ValueError(f"{var}={os.environ[var]!r}: hango exports OTLP over "
+                                 "http/protobuf only")
         var = f"OTEL_{signal.upper()}_EXPORTER"
         exporters = {e.strip() for e in os.environ.get(var, "otlp").split(",") if e.strip()}
         if exporters - {"otlp", "none"}:
