@@ -36,11 +36,15 @@ def test_metrics_scrape_has_the_series_the_dashboard_queries(db: Database, tenan
     base, stop = serve_in_thread(app)
     try:
         reply = httpx.get(base + "/metrics", timeout=10)
+        openmetrics = httpx.get(base + "/metrics", timeout=10, headers={
+            "Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"})
     finally:
         stop()
         provider.shutdown()
     assert reply.status_code == 200
-    assert reply.headers["content-type"].startswith("text/plain; version=")
+    assert reply.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
+    assert openmetrics.text.rstrip().endswith("# EOF")
     scraped = t.scrape_names(reply.text)
     hango = {name for name in scraped if name.startswith("hango_")}
     assert hango == {s for spec in t.INSTRUMENTS for s in t.prometheus_series(spec)}

@@ -109,8 +109,12 @@ def prometheus_meter_provider(
 
 
 def add_metrics_route(app: Starlette, registry: CollectorRegistry, path: str = "/metrics") -> None:
-    """``GET path``: the registry in Prometheus text format, for loopback clients only."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    """``GET path``: the registry in Prometheus text format, for loopback clients only.
+
+    The format follows the scraper's ``Accept`` header, as prometheus_client's own handler does:
+    text 0.0.4 by default (every Prometheus parses it), OpenMetrics when asked for.
+    """
+    from prometheus_client.exposition import choose_encoder
     from starlette.requests import Request
     from starlette.responses import PlainTextResponse, Response
 
@@ -119,7 +123,8 @@ def add_metrics_route(app: Starlette, registry: CollectorRegistry, path: str = "
         if client not in LOOPBACK:
             return PlainTextResponse(f"{path} answers loopback clients only; got {client}\n",
                                      status_code=403)
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        encode, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encode(registry), headers={"Content-Type": content_type})
 
     app.add_route(path, metrics, methods=["GET"], include_in_schema=False)
 
