@@ -528,3 +528,15 @@ def test_langfuse_receives_every_span_of_a_real_run(receiver: Receiver, db: Data
     assert {t.SPAN_RUN, t.SPAN_BEFORE_RUN, t.SPAN_MEMORY_LOAD, t.SPAN_SKILLS_INDEX} <= set(got)
     root = attributes(receiver.spans(t.LANGFUSE_OTEL_TRACES_PATH)[t.SPAN_RUN][0].attributes)
     assert root["langfuse.trace.metadata.memory_bytes"] == len("Answer in French.\n")
+
+
+def test_flush_reports_a_failed_export_to_langfuse(receiver: Receiver) -> None:
+    receiver.status = 401  # e.g. wrong keys
+    c = t.configure("langfuse", langfuse_host=receiver.base, langfuse_public_key="pk-lf-refused",
+                    langfuse_secret_key="sk-lf-refused")
+    try:
+        emit(c.telemetry)
+        assert c.flush(10_000) is False
+    finally:
+        c.shutdown()
+    assert receiver.bodies(t.LANGFUSE_OTEL_TRACES_PATH)  # it really tried

@@ -82,7 +82,7 @@ def prometheus_label(attribute: str) -> str:
 
 
 # --- /metrics ----------------------------------------------------------------------------------
-LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1", "localhost"})
 
 
 def prometheus_meter_provider(

@@ -300,7 +300,8 @@ def _langfuse(tracer_provider: SDKTracerProvider, public_key: str, secret_key: s
     The SDK keeps one client per public key per process and silently reuses the first one's
     provider and filter; re-running a notebook cell would then export nothing. So an earlier
     client for the same key is shut down and forgotten first (``LangfuseResourceManager`` is the
-    SDK's private registry: the one private name used here).
+    SDK's private registry). The processor's exporter is wrapped, when the SDK's private layout
+    allows, so that ``flush()`` sees failed exports to Langfuse too.
     """
     try:
         from langfuse import Langfuse
@@ -314,7 +315,8 @@ def _langfuse(tracer_provider: SDKTracerProvider, public_key: str, secret_key: s
     client = Langfuse(public_key=public_key, secret_key=secret_key, base_url=host,
                       timeout=max(1, math.ceil(timeout_s)), tracer_provider=tracer_provider,
                       should_export_span=export_every_hango_span)
-    for processor in tracer_provider._active_span_processor._span_processors:
+    active = getattr(tracer_provider, "_active_span_processor", None)
+    for processor in getattr(active, "_span_processors", ()):
         batch = getattr(processor, "_batch_processor", None)  # wrap its exporter to see failures
         if type(processor).__name__ == "LangfuseSpanProcessor" and batch is not None:
             batch._exporter = TrackedSpanExporter(batch._exporter, exports, "langfuse")
