@@ -7,7 +7,7 @@ LAB_ARGS ?=
 # jupyter refuses to run as root (containers, devcontainers) unless told it may.
 ROOT_ARGS := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: lab test lint install install-lab serve bench notebooks clean-data doctor venv
+.PHONY: lab test lint install install-lab serve bench notebooks clean-data doctor venv traces traces-stop
 
 # A .venv made by a Python older than 3.11 (or a broken one) is rebuilt, with a message saying so.
 $(BIN)/python:
@@ -67,3 +67,9 @@ bench: install
 clean-data:
 	-$(BIN)/hango db stop
 	rm -rf .hango
+
+traces:  ## Arize Phoenix (trace viewer, no Docker) in .traces-venv, on 127.0.0.1:6006
+	$(PYTHON) deploy/phoenix/traces.py start
+
+traces-stop:
+	$(PYTHON) deploy/phoenix/traces.py stop

@@ -64,8 +64,18 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it; exit cleanly instead, so the
     # database handle is released (the embedded server stops when its last user leaves).
     signal.signal(signal.SIGTERM, _exit_cleanly)
+    app = create_app(db, settings)
+    if args.metrics:  # Prometheus text format for a scraper on this machine (loopback clients only)
+        from opentelemetry import metrics
+
+        from hango.telemetry import add_metrics_route, prometheus_meter_provider
+
+        provider, registry = prometheus_meter_provider()
+        metrics.set_meter_provider(provider)  # every Telemetry() of this process records into it
+        add_metrics_route(app, registry)
+        _say(f"metrics: http://{host}:{port}/metrics (loopback clients only)")
     try:
-        uvicorn.run(create_app(db, settings), host=host, port=port, log_level=args.log_level)
+        uvicorn.run(app, host=host, port=port, log_level=args.log_level)
     finally:
         db.close()
     return 0
@@ -295,6 +305,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default HANGO_PORT, 8765)")
     serve.add_argument("--log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument("--metrics", action="store_true",
+                       help="also serve /metrics (Prometheus text format) to loopback clients")
     serve.set_defaults(func=cmd_serve)
 
     db = sub.add_parser("db", help="the embedded PostgreSQL server (or the external one)")

@@ -32,7 +32,12 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality, M
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from hango import telemetry as t
+from hango.agent.runtime import Agent
+from hango.agents import AgentConfig, save_agent
+from hango.db import Database
+from hango.fs.backend import PostgresBackend
 from hango.models.base import CacheDiagnostics, Request, Response, Usage
+from hango.models.simulated import SimulatedModel, tool_call
 
 
 @dataclass
@@ -173,6 +178,8 @@ def emit(tel: t.Telemetry) -> None:
             )
             with tel.tool_span("read_file", "toolu_1"):
                 pass
+        tel.log_run(agent_id="a1", run_id="run-1", memory_sources=["/memories/AGENTS.md"],
+                    memory_bytes=2048, skills_indexed=3, skills_invalid=1)
 
 
 EXPECTED_SPANS = {
@@ -367,3 +374,169 @@ def test_slow_backend_does_not_slow_the_run(receiver: Receiver) -> None:
     finally:
         c.shutdown()
     assert len(receiver.spans()) == len(EXPECTED_SPANS)
+
+
+# --- issue 15: OTEL_* per signal, flush() failures, Langfuse through its SDK --------------------
+def test_otlp_honours_per_signal_variables(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # unused
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.base + "/phoenix/v1/traces")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    c = t.configure("otlp", metric_interval_ms=3_600_000)
+    try:
+        assert c.destinations == (receiver.base + "/phoenix/v1/traces", "memory (metrics)")
+        emit(c.telemetry)
+        assert c.flush(10_000)
+        assert c.metrics()[t.METRIC_SKILLS_INDEXED][0]["value"] == 3  # metrics stayed here
+    finally:
+        c.shutdown()
+    assert {r.path for r in receiver.requests} == {"/phoenix/v1/traces"}
+    assert set(receiver.spans("/phoenix/v1/traces")) == EXPECTED_SPANS
+
+
+def test_otlp_metrics_only(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.base)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-the-env")
+    c = t.configure("otlp", metric_interval_ms=3_600_000)
+    try:
+        assert c.destinations == ("memory (traces)", receiver.base + "/v1/metrics")
+        emit(c.telemetry)
+        assert c.flush(10_000)
+        assert {s.name for s in c.spans()} == EXPECTED_SPANS
+    finally:
+        c.shutdown()
+    assert {r.path for r in receiver.requests} == {"/v1/metrics"}
+    assert set(receiver.metrics()) == {spec.name for spec in t.INSTRUMENTS}
+    body = receiver.bodies("/v1/metrics")[0]
+    (rm,) = ExportMetricsServiceRequest.FromString(body).resource_metrics
+    assert attributes(rm.resource.attributes)["service.name"] == "from-the-env"
+
+
+def test_otlp_signals_argument_and_bad_values(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = t.configure("otlp", otlp_endpoint=receiver.base, signals=("traces",))
+    assert c.destinations == (receiver.base + "/v1/traces", "memory (metrics)")
+    c.shutdown()
+    with pytest.raises(ValueError, match="signals"):
+        t.configure("otlp", signals=("logs",))
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    with pytest.raises(ValueError, match="OTEL_TRACES_EXPORTER='zipkin'"):
+        t.configure("otlp")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    with pytest.raises(ValueError, match="every signal is off"):
+        t.configure("otlp")
+
+
+def test_flush_reports_failed_exports(receiver: Receiver) -> None:
+    receiver.status = 400
+    c = t.configure("otlp", otlp_endpoint=receiver.base, timeout_s=2, metric_interval_ms=3_600_000)
+    try:
+        emit(c.telemetry)
+        assert c.flush(5_000) is False  # finished in time, but every export was refused
+        assert c.exports.failures == 2
+        receiver.status = 200
+        emit(c.telemetry)
+        assert c.flush(5_000) is True  # failures count since the previous flush()
+    finally:
+        c.shutdown()
+
+
+def test_flush_reports_an_unreachable_backend() -> None:
+    c = t.configure("otlp", otlp_endpoint=f"http://127.0.0.1:{free_port()}", timeout_s=0.5,
+                    metric_interval_ms=3_600_000)
+    try:
+        emit(c.telemetry)
+        assert c.flush(5_000) is False
+    finally:
+        c.shutdown()
+
+
+def langfuse_usage(attrs: dict[str, Any]) -> dict[str, int]:
+    """Langfuse's documented generic mapping of ``gen_ai.usage.*`` (server v4.16.0,
+    ``extractGenericGenAiUsageDetails``): cache counts are subtracted from the inclusive input."""
+    read = attrs.get("gen_ai.usage.cache_read.input_tokens", 0)
+    write = attrs.get("gen_ai.usage.cache_creation.input_tokens", 0)
+    return {"input": max(0, attrs["gen_ai.usage.input_tokens"] - read - write),
+            "input_cached_tokens": read, "input_cache_creation": write,
+            "output": attrs["gen_ai.usage.output_tokens"]}
+
+
+def test_langfuse_sdk_exports_every_span_with_its_headers_and_root_metadata(receiver: Receiver) -> None:
+    c = t.configure("langfuse", langfuse_host=receiver.base, langfuse_public_key="pk-lf-sdk-test",
+                    langfuse_secret_key="sk-lf-sdk-test")
+    try:
+        emit(c.telemetry)
+        assert c.flush(10_000)
+    finally:
+        c.shutdown()
+    assert {r.path for r in receiver.requests} == {t.LANGFUSE_OTEL_TRACES_PATH}
+    for request in receiver.requests:  # what the langfuse SDK itself sends
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        assert headers["authorization"] == t.langfuse_headers("pk-lf-sdk-test", "sk-lf-sdk-test")[
+            "Authorization"]
+        assert headers["x-langfuse-ingestion-version"] == "4"
+        assert headers["x-langfuse-public-key"] == "pk-lf-sdk-test"
+        assert headers["x-langfuse-sdk-name"] == "python"
+    spans = receiver.spans(t.LANGFUSE_OTEL_TRACES_PATH)
+    assert set(spans) == EXPECTED_SPANS  # the SDK's default filter would keep only the chat span
+    root = attributes(spans[t.SPAN_RUN][0].attributes)
+    for prefix in (t.LANGFUSE_TRACE_METADATA_PREFIX, t.LANGFUSE_METADATA_PREFIX):
+        assert root[prefix + "memory_bytes"] == 2048
+        assert root[prefix + "skills_count"] == 3
+        assert root[prefix + "skills_invalid"] == 1
+        assert root[prefix + "memory_sources"] == ("/memories/AGENTS.md",)
+    chat = attributes(spans["chat claude-test"][0].attributes)
+    assert chat["gen_ai.operation.name"] == "chat"  # -> a Langfuse GENERATION
+    assert chat["gen_ai.request.model"] == "claude-test"
+    assert langfuse_usage(chat) == {"input": 12, "input_cached_tokens": 900,
+                                    "input_cache_creation": 88, "output": 40}
+    assert "gen_ai.usage.cache_write.input_tokens" not in chat  # never both names
+
+
+def test_langfuse_configured_twice_with_one_key_exports_twice(receiver: Receiver) -> None:
+    for _ in range(2):  # the SDK keeps one client per key; a re-run notebook cell must still export
+        c = t.configure("langfuse", langfuse_host=receiver.base, langfuse_public_key="pk-lf-twice",
+                        langfuse_secret_key="sk-lf-twice")
+        emit(c.telemetry)
+        assert c.flush(10_000)
+        c.shutdown()
+    runs = sum(1 for body in receiver.bodies(t.LANGFUSE_OTEL_TRACES_PATH)
+               for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+               for ss in rs.scope_spans for s in ss.spans if s.name == t.SPAN_RUN)
+    assert runs == 2
+
+
+def test_langfuse_receives_every_span_of_a_real_run(receiver: Receiver, db: Database, tenant: str) -> None:
+    save_agent(db, tenant, "a1", AgentConfig(tools=["ls"], memory=["/memories/AGENTS.md"]))
+    PostgresBackend(db, tenant, "a1").write("/memories/AGENTS.md", "Answer in French.\n")
+    local = t.configure("memory")
+    lf = t.configure("langfuse", langfuse_host=receiver.base, langfuse_public_key="pk-lf-real-run",
+                     langfuse_secret_key="sk-lf-real-run")
+    try:
+        for c in (local, lf):
+            model = SimulatedModel(policy=[[tool_call("ls", {"path": "/"})], "done"])
+            Agent(db, tenant, "a1", model, telemetry=c.telemetry).run("hi")
+        assert lf.flush(10_000)
+        expected = sorted(s.name for s in local.spans())
+    finally:
+        local.shutdown()
+        lf.shutdown()
+    got = sorted(s.name for body in receiver.bodies(t.LANGFUSE_OTEL_TRACES_PATH)
+                 for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+                 for ss in rs.scope_spans for s in ss.spans)
+    assert got == expected
+    assert {t.SPAN_RUN, t.SPAN_BEFORE_RUN, t.SPAN_MEMORY_LOAD, t.SPAN_SKILLS_INDEX} <= set(got)
+    root = attributes(receiver.spans(t.LANGFUSE_OTEL_TRACES_PATH)[t.SPAN_RUN][0].attributes)
+    assert root["langfuse.trace.metadata.memory_bytes"] == len("Answer in French.\n")
+
+
+def test_flush_reports_a_failed_export_to_langfuse(receiver: Receiver) -> None:
+    receiver.status = 401  # e.g. wrong keys
+    c = t.configure("langfuse", langfuse_host=receiver.base, langfuse_public_key="pk-lf-refused",
+                    langfuse_secret_key="sk-lf-refused")
+    try:
+        emit(c.telemetry)
+        assert c.flush(10_000) is False
+    finally:
+        c.shutdown()
+    assert receiver.bodies(t.LANGFUSE_OTEL_TRACES_PATH)  # it really tried

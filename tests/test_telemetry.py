@@ -491,7 +491,7 @@ def test_configure_does_not_touch_globals_unless_asked() -> None:
 
 
 def test_configure_rejects_unknown_mode() -> None:
-    with pytest.raises(ValueError, match="memory, console, otlp, langfuse"):
+    with pytest.raises(ValueError, match="memory, console, otlp, phoenix, langfuse"):
         t.configure("grafana")
 
 
@@ -565,3 +565,103 @@ def test_set_global_makes_default_telemetry_use_the_providers() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['agent.run'] 2"
+
+
+# --- the package: names, facade, set-up -----------------------------------------------------------
+def test_package_modules_are_small_and_layered() -> None:
+    import ast
+    from pathlib import Path
+
+    package = Path(t.__file__).parent
+    for module in package.glob("*.py"):
+        lines = len(module.read_text().splitlines())
+        assert lines <= 350, f"{module.name}: {lines} lines"
+    imported = {
+        module.stem: {
+            node.module or "" for node in ast.walk(ast.parse(module.read_text()))
+            if isinstance(node, ast.ImportFrom)
+        } | {
+            alias.name for node in ast.walk(ast.parse(module.read_text()))
+            if isinstance(node, ast.Import) for alias in node.names
+        }
+        for module in package.glob("*.py")
+    }
+    assert not any(m.startswith("opentelemetry") for m in imported["names"])  # plain constants
+    assert not any(m.startswith("opentelemetry.sdk") for m in imported["facade"])  # API only
+    assert "hango.telemetry.setup" not in imported["facade"]
+
+
+def test_every_public_name_is_reexported() -> None:
+    from hango.telemetry import configured, facade, names, prometheus, setup
+
+    for module in (names, facade, configured, prometheus, setup):
+        for name, value in vars(module).items():
+            if name.startswith("_") or name == "TYPE_CHECKING" or getattr(
+                    value, "__module__", module.__name__) != module.__name__:
+                continue
+            if isinstance(value, type) or callable(value) or name.isupper():
+                assert getattr(t, name) is value, f"{module.__name__}.{name}"
+                assert name in t.__all__
+
+
+def test_log_run_puts_run_metadata_on_the_root_span_for_langfuse(otel: Otel) -> None:
+    with otel.telemetry.span(t.SPAN_RUN):
+        otel.telemetry.log_run(agent_id="a1", run_id="r1", memory_sources=["/memories/AGENTS.md"],
+                               memory_bytes=19, skills_indexed=2, skills_invalid=1)
+    root = otel.spans()[t.SPAN_RUN].attributes or {}
+    assert root["langfuse.trace.metadata.memory_bytes"] == 19
+    assert root["langfuse.observation.metadata.skills_count"] == 2
+    assert root["langfuse.trace.metadata.skills_invalid"] == 1
+    assert tuple(root["langfuse.trace.metadata.memory_sources"]) == ("/memories/AGENTS.md",)
+    assert not any(k.startswith("hango.") for k in root)  # the hango.* values stay where measured
+
+
+def test_root_metadata_is_hidden_from_span_tree() -> None:
+    c = t.configure("memory")
+    try:
+        with c.telemetry.span(t.SPAN_RUN):
+            c.telemetry.annotate_run(memory_bytes=5)
+        assert c.span_tree() == "agent.run"
+    finally:
+        c.shutdown()
+
+
+def test_annotate_run_outside_a_span_is_a_no_op(otel: Otel) -> None:
+    otel.telemetry.annotate_run(memory_bytes=5)
+    assert otel.spans() == {}
+
+
+def test_configure_phoenix_sends_traces_only_to_its_project(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PHOENIX_COLLECTOR_ENDPOINT", raising=False)
+    c = t.configure("phoenix", timeout_s=0.2)
+    try:
+        assert c.destinations == (t.PHOENIX_LOCAL_ENDPOINT + "/v1/traces", "memory (metrics)")
+        assert c.tracer_provider.resource.attributes[t.PHOENIX_PROJECT_ATTRIBUTE] == "hango"
+    finally:
+        c.shutdown()
+    monkeypatch.setenv("PHOENIX_COLLECTOR_ENDPOINT", "http://127.0.0.1:9/")
+    c = t.configure("phoenix", project="course", timeout_s=0.2)
+    try:
+        assert c.destinations[0] == "http://127.0.0.1:9/v1/traces"
+        assert c.tracer_provider.resource.attributes[t.PHOENIX_PROJECT_ATTRIBUTE] == "course"
+    finally:
+        c.shutdown()
+
+
+def test_otlp_endpoints_per_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"):
+        monkeypatch.delenv(var, raising=False)
+    assert t.otlp_endpoints() == {"traces": "http://localhost:4318/v1/traces",
+                                  "metrics": "http://localhost:4318/v1/metrics"}
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://vm:8428/opentelemetry/v1/metrics")
+    assert t.otlp_endpoints() == {"traces": "http://collector:4318/v1/traces",
+                                  "metrics": "http://vm:8428/opentelemetry/v1/metrics"}
+    assert t.otlp_endpoints("http://explicit:1") == {"traces": "http://explicit:1/v1/traces",
+                                                     "metrics": "http://explicit:1/v1/metrics"}
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    assert t.otlp_endpoints()["traces"] is None
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc")
+    with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_METRICS_PROTOCOL='grpc'"):
+        t.otlp_endpoints()

@@ -1,0 +1,156 @@
+"""The catalogue: every span, event, attribute and metric name hango emits, in one place.
+
+Nothing here imports OpenTelemetry: the runtime, the middlewares, the tests, the dashboard checks
+and the Langfuse/Phoenix set-up all read their names from this module.
+
+Conventions followed (see ``shared/notes/observability.md``):
+
+* Chat spans follow the OTel GenAI inference-span convention (status *Development*):
+  ``chat {model}``, kind ``CLIENT``, ``gen_ai.operation.name="chat"``,
+  ``gen_ai.provider.name`` and ``gen_ai.request.*`` set when the span starts.
+* **Token mapping.** The conventions define ``gen_ai.usage.input_tokens`` as *all* input tokens,
+  cached ones included. Anthropic's ``usage.input_tokens`` (our :class:`~hango.models.base.Usage`)
+  is only the uncached tail, so the span carries
+  ``gen_ai.usage.input_tokens = input_tokens + cache_creation_input_tokens +
+  cache_read_input_tokens`` (``Usage.total_input_tokens``), and the two cache counts under their
+  own attributes. Langfuse subtracts the cache counts from ``input_tokens`` itself, so its
+  "input" is Anthropic's uncached figure again.
+* The cache-write attribute is ``gen_ai.usage.cache_creation.input_tokens`` (released semconv,
+  and the only name Langfuse <= 4.16 maps). GenAI ``main`` renames it to
+  ``gen_ai.usage.cache_write.input_tokens``; switch :data:`GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS`
+  when backends catch up. Never emit both names.
+* The ``hango.tokens`` counter uses *disjoint* kinds (``input`` is the uncached tail, as the
+  provider reports it) so that ``cache_read / (input + cache_creation + cache_read)`` over any
+  window is exactly the token-weighted read ratio.
+* ``hango.cache.read_ratio`` is a **histogram** (buckets 0, 0.1 … 0.9, 0.95, 0.99, 1), not a
+  gauge: a synchronous gauge keeps only the last value per export interval, so with many calls it
+  shows whichever call came last (often a cold first call at 0). The histogram keeps every call:
+  the per-call distribution, its median and mean, and the share of cold calls (``le="0"``). The
+  exact token-weighted ratio comes from the ``hango.tokens`` counter.
+* Each instrument is an :class:`InstrumentSpec` in :data:`INSTRUMENTS`: the facade creates the
+  instruments from it, and :mod:`hango.telemetry.prometheus` derives the Prometheus series names
+  from it, so the dashboard can be checked against what hango really emits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Literal
+
+SCOPE = "hango"
+try:
+    SCOPE_VERSION: str | None = version("hango")
+except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+    SCOPE_VERSION = None
+
+# --- spans and events ----------------------------------------------------------------------------
+SPAN_RUN = "agent.run"
+SPAN_BEFORE_RUN = "agent.before_run"
+SPAN_MEMORY_LOAD = "agent.memory_load"
+SPAN_SKILLS_INDEX = "agent.skills_index"
+EVENT_MEMORY_MISSING = "agent.memory_missing"
+EVENT_SKILL_INVALID = "agent.skill_invalid"
+EVENT_SKILL_TOOLS_NARROWED = "agent.skill_tools_narrowed"
+
+# --- hango attributes ----------------------------------------------------------------------------
+ATTR_MEMORY_SOURCES = "hango.memory.sources"  # span: the source paths that were loaded
+ATTR_MEMORY_BYTES = "hango.memory.bytes"
+ATTR_MEMORY_SOURCE_COUNT = "hango.memory.source_count"  # metric attribute: how many loaded
+ATTR_SKILLS_COUNT = "hango.skills.count"
+ATTR_SKILLS_INVALID = "hango.skills.invalid"
+ATTR_CACHE_READ_RATIO = "hango.cache.read_ratio"
+ATTR_CACHE_MISS_REASON = "hango.cache.miss_reason"
+ATTR_CACHE_MISSED_INPUT_TOKENS = "hango.cache.missed_input_tokens"
+ATTR_TOKEN_KIND = "hango.token.kind"
+TOKEN_KINDS = ("input", "cache_creation", "cache_read", "output")
+
+# --- GenAI semantic conventions (Development status) ---------------------------------------------
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"  # inclusive of cached tokens
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+# Released name; GenAI ``main`` renamed it ``gen_ai.usage.cache_write.input_tokens`` (Langfuse
+# <= 4.16 only maps this one). One constant, one name per span.
+GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+OPERATION_CHAT = "chat"
+OPERATION_EXECUTE_TOOL = "execute_tool"
+ERROR_TYPE = "error.type"
+
+# --- Langfuse: ``langfuse.observation.metadata.<k>`` becomes filterable metadata ``<k>`` ---------
+LANGFUSE_METADATA_PREFIX = "langfuse.observation.metadata."
+LANGFUSE_METADATA_MEMORY_BYTES = LANGFUSE_METADATA_PREFIX + "memory_bytes"
+LANGFUSE_METADATA_SKILLS_COUNT = LANGFUSE_METADATA_PREFIX + "skills_count"
+LANGFUSE_METADATA_CACHE_MISS_REASON = LANGFUSE_METADATA_PREFIX + "cache_miss_reason"
+LANGFUSE_OTEL_TRACES_PATH = "/api/public/otel/v1/traces"
+# The local stack in compose.yaml (profile ``langfuse``) creates exactly these at first start.
+LANGFUSE_LOCAL_HOST = "http://localhost:3001"
+LANGFUSE_LOCAL_PUBLIC_KEY = "pk-lf-hango-local"
+LANGFUSE_LOCAL_SECRET_KEY = "sk-lf-hango-local"
+# Langfuse turns ``langfuse.trace.metadata.<k>`` into trace-level metadata: set on the root span
+# (``agent.run``) so a trace can be filtered by what its run loaded.
+LANGFUSE_TRACE_METADATA_PREFIX = "langfuse.trace.metadata."
+
+# --- Arize Phoenix (``make traces``): its OTLP/HTTP receiver shares the UI port --------------
+PHOENIX_LOCAL_ENDPOINT = "http://127.0.0.1:6006"
+PHOENIX_PROJECT_ATTRIBUTE = "openinference.project.name"  # a resource attribute
+PHOENIX_PROJECT = "hango"
+
+# --- metrics -------------------------------------------------------------------------------------
+METRIC_MEMORY_LOAD_DURATION = "hango.memory.load.duration"
+METRIC_MEMORY_BYTES = "hango.memory.bytes"
+METRIC_SKILLS_INDEXED = "hango.skills.indexed"
+METRIC_SKILLS_INVALID = "hango.skills.invalid"
+METRIC_CACHE_READ_RATIO = "hango.cache.read_ratio"
+METRIC_TOKENS = "hango.tokens"
+
+MEMORY_LOAD_DURATION_BUCKETS_S: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+MEMORY_BYTES_BUCKETS: tuple[float, ...] = (  # 0, then powers of 4 from 256 B to 16 MiB
+    0, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
+CACHE_READ_RATIO_BUCKETS: tuple[float, ...] = (  # (-inf, 0] holds the cold calls
+    0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+
+InstrumentKind = Literal["counter", "histogram", "gauge"]
+
+
+@dataclass(frozen=True)
+class InstrumentSpec:
+    """One metric instrument: the single source for its creation and its Prometheus name."""
+
+    name: str
+    kind: InstrumentKind
+    unit: str
+    description: str
+    attributes: tuple[str, ...] = ()
+    buckets: tuple[float, ...] | None = None
+
+
+INSTRUMENTS: tuple[InstrumentSpec, ...] = (
+    InstrumentSpec(METRIC_MEMORY_LOAD_DURATION, "histogram", "s",
+                   "Time to read, strip and cap the memory sources of one run",
+                   (ATTR_MEMORY_SOURCE_COUNT,), MEMORY_LOAD_DURATION_BUCKETS_S),
+    InstrumentSpec(METRIC_MEMORY_BYTES, "histogram", "By",
+                   "Bytes of memory injected into the system prompt of one run",
+                   (ATTR_MEMORY_SOURCE_COUNT,), MEMORY_BYTES_BUCKETS),
+    InstrumentSpec(METRIC_SKILLS_INDEXED, "gauge", "{skill}",
+                   "Skills in the index of the latest run"),
+    InstrumentSpec(METRIC_SKILLS_INVALID, "counter", "{skill}",
+                   "SKILL.md files rejected while indexing"),
+    InstrumentSpec(METRIC_CACHE_READ_RATIO, "histogram", "1",
+                   "Per model call: cache_read / all input tokens",
+                   (GEN_AI_REQUEST_MODEL,), CACHE_READ_RATIO_BUCKETS),
+    InstrumentSpec(METRIC_TOKENS, "counter", "{token}",
+                   "Tokens by kind; kinds are disjoint (input is the uncached tail)",
+                   (ATTR_TOKEN_KIND, GEN_AI_REQUEST_MODEL)),
+)
+SPECS = {spec.name: spec for spec in INSTRUMENTS}
