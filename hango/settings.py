@@ -49,6 +49,14 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=1, le=65535)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1)
+    # Issue 10 (hardening): no door makes a file larger than this; listings come in pages; and
+    # each tenant has a quota of files and bytes, enforced by the database (schema.sql).
+    max_file_bytes: int = Field(default=8 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024)
+    list_page_default: int = Field(default=1000, ge=1, le=100_000)
+    list_page_max: int = Field(default=10_000, ge=1, le=100_000)
+    glob_scan_max: int = Field(default=50_000, ge=1, le=10_000_000)
+    tenant_max_files: int = Field(default=100_000, ge=1)
+    tenant_max_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
 
     @field_validator("memory_default_sources", "skills_default_sources", mode="before")
     @classmethod

@@ -15,6 +15,7 @@ from hango.fs.path import check_write
 from hango.models.base import ToolSpec
 
 READ_LIMIT = 256 * 1024  # bytes a single read_file returns; the rest is announced, not sent
+LIST_LIMIT = 200  # entries a single ls or glob returns; more are announced, with how to narrow
 
 
 def _str(args: dict[str, Any], key: str, default: str | None = None) -> str:
@@ -48,13 +49,36 @@ def edit_file(ctx: RunContext, args: dict[str, Any]) -> str:
     return f"edited {path} (version {version})"
 
 
+def _cursor(args: dict[str, Any]) -> str | None:
+    cursor = args.get("cursor")
+    if cursor is not None and not isinstance(cursor, str):
+        raise ValueError("argument 'cursor' must be a string")
+    return cursor or None
+
+
+def _more(shown: int, cursor: str | None, narrow: str) -> str:
+    if cursor is None:
+        return ""
+    return (f"\n[... {shown} shown and more exist: {narrow}; or call again with "
+            f'cursor="{cursor}" for the next {LIST_LIMIT}]')
+
+
 def ls(ctx: RunContext, args: dict[str, Any]) -> str:
-    entries = ctx.backend.ls(_str(args, "path", "/"))
-    return "\n".join(e.path if e.is_dir else f"{e.path} ({e.size} bytes)" for e in entries) or "(empty)"
+    path = _str(args, "path", "/")
+    page = ctx.backend.ls(path, limit=LIST_LIMIT, cursor=_cursor(args))
+    lines = "\n".join(e.path if e.is_dir else f"{e.path} ({e.size} bytes)" for e in page)
+    return (lines or "(empty)") + _more(
+        len(page), page.next_cursor,
+        "list a subdirectory, or glob a narrower pattern such as "
+        f"{path.rstrip('/')}/a*")
 
 
 def glob(ctx: RunContext, args: dict[str, Any]) -> str:
-    return "\n".join(ctx.backend.glob(_str(args, "pattern"))) or "(no match)"
+    pattern = _str(args, "pattern")
+    page = ctx.backend.glob(pattern, limit=LIST_LIMIT, cursor=_cursor(args))
+    return ("\n".join(page) or "(no match)") + _more(
+        len(page), page.next_cursor,
+        "narrow the pattern, best with a longer literal directory before the first wildcard")
 
 
 def _spec(name: str, description: str, **props: str) -> ToolSpec:
@@ -73,9 +97,10 @@ FILESYSTEM_TOOLS: tuple[Tool, ...] = (
                "for the agent.", path="string", content="string"), write_file),
     Tool(_spec("edit_file", "Replace an exact, unique piece of text in a file.", path="string",
                old_string="string", new_string="string", replace_all_opt="boolean"), edit_file),
-    Tool(_spec("ls", "List a directory.", path_opt="string"), ls),
-    Tool(_spec("glob", "Find files by pattern, e.g. /skills/**/SKILL.md.", pattern="string"),
-         glob),
+    Tool(_spec("ls", f"List a directory (at most {LIST_LIMIT} entries a call).",
+               path_opt="string", cursor_opt="string"), ls),
+    Tool(_spec("glob", "Find files by pattern, e.g. /skills/**/SKILL.md (at most "
+               f"{LIST_LIMIT} paths a call).", pattern="string", cursor_opt="string"), glob),
 )
 
 
