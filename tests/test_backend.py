@@ -22,10 +22,8 @@ from hango.fs.backend import (
     VersionConflict,
 )
 from hango.fs.path import PathError
-from hango.settings import load_settings
 
 MIB = 1024 * 1024
-ROOMY = load_settings(max_file_bytes=16 * MIB)  # these tests store 10 MiB files
 
 
 class Explaining:
@@ -70,7 +68,6 @@ def _fill(db: Database, tenant: str, agent: str, paths: list[str], content: byte
 
 
 def test_a_capped_read_transfers_only_the_cap(db: Database, backend: PostgresBackend) -> None:
-    backend = PostgresBackend(db, backend.tenant_id, backend.agent_id, ROOMY)
     backend.write("/big.md", "a" * (10 * MIB))
     backend.bytes_read = 0
     head = backend.read("/big.md", limit=64 * 1024)
@@ -83,12 +80,11 @@ def test_a_capped_read_transfers_only_the_cap(db: Database, backend: PostgresBac
 def test_a_capped_read_touches_only_the_first_chunks(db: Database, backend: PostgresBackend) -> None:
     """STORAGE EXTERNAL: substring() detoasts only the slice, so the server reads ~10 pages of a
     10 MiB value instead of ~1300 (counted with EXPLAIN (ANALYZE, BUFFERS))."""
-    backend = PostgresBackend(db, backend.tenant_id, backend.agent_id, ROOMY)
     backend.write("/big.md", "b" * (10 * MIB))
 
     def pages(limit: int | None) -> int:
         explaining = Explaining(db, "ANALYZE, BUFFERS, FORMAT JSON")
-        PostgresBackend(explaining, backend.tenant_id, backend.agent_id, ROOMY).read(  # type: ignore[arg-type]
+        PostgresBackend(explaining, backend.tenant_id, backend.agent_id).read(  # type: ignore[arg-type]
             "/big.md", limit=limit)
         plan = explaining.plans[0]
         plan = json.loads(plan) if isinstance(plan, str) else plan

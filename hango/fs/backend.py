@@ -364,9 +364,9 @@ class PostgresBackend:
         """Create or replace a file; return its new version."""
         path = clean(path)
         cap = self.max_file_bytes
-        if len(content) > cap:  # UTF-8 has at least a byte a character: too large, not encoded
+        if len(content) > 4 * cap:  # UTF-8 has at least a byte a character: not even encoded
             raise FileTooLarge(path, len(content), cap, at_least=True)
-        data = content.encode("utf-8")
+        data = content.encode("utf-8")  # at most 16 x cap bytes
         if len(data) > cap:
             raise FileTooLarge(path, len(data), cap)
         params = {**self._ns(), "p": path, "c": data, "s": len(data), "v": if_version}
