@@ -31,7 +31,7 @@ import httpx
 from fastapi import Depends, FastAPI, Query
 
 from hango.agents import create_tenant, create_token, drop_tenant, save_agent
-from hango.api.app import EntryOut, Listing, _agent, _Agent, create_app, serve_in_thread
+from hango.api.app import EntryOut, Listing, _Agent, _agent, create_app, serve_in_thread
 from hango.db import Database
 from hango.fs.backend import like_escape
 from hango.fs.path import clean_dir
@@ -61,6 +61,11 @@ def add_unbounded_route(app: FastAPI) -> None:
 
     app.add_api_route("/before/agents/{agent_id}/files", unbounded, methods=["GET"],
                       response_model=Listing)
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def p(samples: list[float], q: float) -> float:
@@ -163,8 +168,7 @@ def main() -> None:
                     assert seen == args.files
                     return requests, size
 
-        load = open("/proc/loadavg").read().split()[:3]
-        print(f"load before: {' '.join(load)}; {args.files:,} files in A's /big/, "
+        print(f"load before: {loadavg()}; {args.files:,} files in A's /big/, "
               f"{args.listers} listers, {args.gets} GETs of B a phase")
         alone_1 = gets(client_b, args.gets, args.deadline)
         before, before_rate = under_load(base_url, token_a, client_b, args.listers, args.gets,
@@ -172,7 +176,7 @@ def main() -> None:
         after, after_rate = under_load(base_url, token_a, client_b, args.listers, args.gets,
                                        args.deadline, paginated)
         alone_2 = gets(client_b, args.gets, args.deadline)
-        load = open("/proc/loadavg").read().split()[:3]
+        load = loadavg()
         alone = alone_1 + alone_2
         base99 = p(alone, 0.99)
         print(f"{'phase':<34} {'GETs':>5} {'p50 ms':>8} {'p99 ms':>8} {'p99 / alone':>12}")
@@ -185,7 +189,7 @@ def main() -> None:
         for name, rate in (("before", before_rate), ("after", after_rate)):
             print(f"A {name}: {rate['listings']:.2f} whole listings/s, "
                   f"{rate['requests']:.1f} requests/s, {rate['bytes'] / 2**20:.1f} MiB/s")
-        print(f"load after: {' '.join(load)}")
+        print(f"load after: {load}")
         client_b.close()
         stop()
     finally:

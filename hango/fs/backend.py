@@ -4,6 +4,11 @@ The backend is policy-free about *who* writes (that is :func:`hango.fs.path.chec
 by both doors) but strict about *what* a path is: every method cleans its path first.
 Each file carries a ``version`` for optimistic concurrency: pass ``if_version`` and a write that
 lost a race is refused with :class:`VersionConflict` instead of silently overwriting.
+
+Nothing here is unbounded (issue 10): no file exceeds ``HANGO_MAX_FILE_BYTES``
+(:class:`FileTooLarge`, checked before the content is built); listings come in keyset pages
+(:class:`Page`); and the database itself refuses a write that would take a tenant over its
+quota (:class:`QuotaExceeded`) or give a file and a directory one name (:class:`PathConflict`).
 """
 
 from __future__ import annotations
