@@ -49,35 +49,23 @@ def edit_file(ctx: RunContext, args: dict[str, Any]) -> str:
     return f"edited {path} (version {version})"
 
 
-def _cursor(args: dict[str, Any]) -> str | None:
-    cursor = args.get("cursor")
-    if cursor is not None and not isinstance(cursor, str):
-        raise ValueError("argument 'cursor' must be a string")
-    return cursor or None
-
-
-def _more(shown: int, cursor: str | None, narrow: str) -> str:
-    if cursor is None:
-        return ""
-    return (f"\n[... {shown} shown and more exist: {narrow}; or call again with "
-            f'cursor="{cursor}" for the next {LIST_LIMIT}]')
+def _more(shown: int, more: bool, narrow: str) -> str:
+    return f"\n[... {shown} shown and more exist: {narrow}]" if more else ""
 
 
 def ls(ctx: RunContext, args: dict[str, Any]) -> str:
     path = _str(args, "path", "/")
-    page = ctx.backend.ls(path, limit=LIST_LIMIT, cursor=_cursor(args))
+    page = ctx.backend.ls(path, limit=LIST_LIMIT)
     lines = "\n".join(e.path if e.is_dir else f"{e.path} ({e.size} bytes)" for e in page)
     return (lines or "(empty)") + _more(
-        len(page), page.next_cursor,
-        "list a subdirectory, or glob a narrower pattern such as "
-        f"{path.rstrip('/')}/a*")
+        len(page), page.next_cursor is not None,
+        f"list a subdirectory, or glob a narrower pattern such as {path.rstrip('/')}/a*")
 
 
 def glob(ctx: RunContext, args: dict[str, Any]) -> str:
-    pattern = _str(args, "pattern")
-    page = ctx.backend.glob(pattern, limit=LIST_LIMIT, cursor=_cursor(args))
+    page = ctx.backend.glob(_str(args, "pattern"), limit=LIST_LIMIT)
     return ("\n".join(page) or "(no match)") + _more(
-        len(page), page.next_cursor,
+        len(page), page.next_cursor is not None,
         "narrow the pattern, best with a longer literal directory before the first wildcard")
 
 
@@ -97,10 +85,9 @@ FILESYSTEM_TOOLS: tuple[Tool, ...] = (
                "for the agent.", path="string", content="string"), write_file),
     Tool(_spec("edit_file", "Replace an exact, unique piece of text in a file.", path="string",
                old_string="string", new_string="string", replace_all_opt="boolean"), edit_file),
-    Tool(_spec("ls", f"List a directory (at most {LIST_LIMIT} entries a call).",
-               path_opt="string", cursor_opt="string"), ls),
-    Tool(_spec("glob", "Find files by pattern, e.g. /skills/**/SKILL.md (at most "
-               f"{LIST_LIMIT} paths a call).", pattern="string", cursor_opt="string"), glob),
+    Tool(_spec("ls", "List a directory.", path_opt="string"), ls),
+    Tool(_spec("glob", "Find files by pattern, e.g. /skills/**/SKILL.md.", pattern="string"),
+         glob),
 )
 
 
