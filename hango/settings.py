@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     max_file_bytes: int = Field(default=16 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024)
     list_page_default: int = Field(default=1000, ge=1, le=100_000)
     list_page_max: int = Field(default=10_000, ge=1, le=100_000)
-    glob_scan_max: int = Field(default=50_000, ge=1, le=10_000_000)
+    glob_scan_max: int = Field(default=20_000, ge=1, le=10_000_000)
     tenant_max_files: int = Field(default=100_000, ge=1)
     tenant_max_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
 
