@@ -35,6 +35,7 @@ from hango.api.app import EntryOut, Listing, _Agent, _agent, create_app, serve_i
 from hango.db import Database
 from hango.fs.backend import like_escape
 from hango.fs.path import clean_dir
+from hango.settings import load_settings
 
 # main's listing before issue 10, verbatim: every child of the directory in one query and one
 # response (hango/fs/backend.py ``ls`` and hango/api/app.py ``list_files`` at a6cd9b3).
@@ -125,7 +126,7 @@ def main() -> None:
                         help="seconds a phase's GETs may take at most")
     args = parser.parse_args()
 
-    db = Database()
+    db = Database(load_settings(database_name="hango_bench"))
     tenant_a = create_tenant(db, "bench-a-" + uuid.uuid4().hex[:8])
     tenant_b = create_tenant(db, "bench-b-" + uuid.uuid4().hex[:8])
     try:
