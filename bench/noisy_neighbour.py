@@ -13,7 +13,8 @@ In one process and one run, on one server (uvicorn in a thread, the real databas
   the default size, following ``next_cursor`` to the end, then again.
 
 The figure is B's p99 under each load divided by B's p99 alone. Run:
-``.venv/bin/python bench/noisy_neighbour.py [--files 100000] [--listers 4] [--gets 200]``.
+``.venv/bin/python bench/noisy_neighbour.py [--files 50000] [--listers 4] [--gets 200]`` (about
+a minute at the defaults; a phase's GETs stop after ``--deadline`` seconds).
 A benchmark, not a test: it prints figures and asserts nothing.
 """
 
@@ -119,10 +120,10 @@ def under_load(base_url: str, token_a: str, client_b: httpx.Client, listers: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=100_000, help="files in A's directory")
+    parser.add_argument("--files", type=int, default=50_000, help="files in A's directory")
     parser.add_argument("--listers", type=int, default=4, help="A's concurrent listing clients")
     parser.add_argument("--gets", type=int, default=200, help="B's GETs in each phase")
-    parser.add_argument("--deadline", type=float, default=60.0,
+    parser.add_argument("--deadline", type=float, default=30.0,
                         help="seconds a phase's GETs may take at most")
     args = parser.parse_args()
 
