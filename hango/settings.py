@@ -54,6 +54,14 @@ class Settings(BaseSettings):
         description="TTL of the cached stable prefix (tools, base prompt, skills index); "
         "see hango/agent/promptcache.py and bench/cache_ratio.py.",
     )
+    # Issue 10 (hardening): no door makes a file larger than this; listings come in pages; and
+    # each tenant has a quota of files and bytes, enforced by the database (schema.sql).
+    max_file_bytes: int = Field(default=16 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024)
+    list_page_default: int = Field(default=1000, ge=1, le=100_000)
+    list_page_max: int = Field(default=10_000, ge=1, le=100_000)
+    glob_scan_max: int = Field(default=20_000, ge=1, le=10_000_000)
+    tenant_max_files: int = Field(default=100_000, ge=1)
+    tenant_max_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
 
     @field_validator("memory_default_sources", "skills_default_sources", mode="before")
     @classmethod

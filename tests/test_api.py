@@ -354,7 +354,8 @@ def test_ls_and_glob(base_url: str, db: Database, a: Tenant) -> None:
         found = c.get("/v1/agents/a1/files", params={"glob": "/skills/**/SKILL.md"})
         assert [e["path"] for e in found.json()["entries"]] == [
             "/skills/one/SKILL.md", "/skills/two/deep/SKILL.md"]
-        assert c.get("/v1/agents/a1/files", params={"dir": "/empty/"}).json() == {"entries": []}
+        assert c.get("/v1/agents/a1/files", params={"dir": "/empty/"}).json() == {
+            "entries": [], "next_cursor": None}
         for params, rule in (({"dir": "/a/../b"}, "'..' segment"),
                              ({"glob": "skills/*"}, "absolute"),
                              ({"glob": "/a\x00"}, "U+0000"),

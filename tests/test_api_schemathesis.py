@@ -86,6 +86,7 @@ BEYOND_SCHEMA = (
     "longer than",  # 255 bytes a segment, 1024 a path: bytes of UTF-8, not characters
     "segment is not allowed",  # '.' and '..' segments
     "give ?dir= or ?glob=, not both",  # mutually exclusive query parameters
+    "invalid cursor",  # a cursor is opaque: only one the server handed out is valid
 )
 
 

@@ -88,7 +88,14 @@ def context(loaded: Loaded, backend: PostgresBackend) -> RunContext:
 def test_the_load_is_what_it_claims(loaded: Loaded) -> None:
     backend = PostgresBackend(loaded.db, loaded.tenant, loaded.agent)
     assert loaded.memory_size >= 10 * MIB
-    assert len(backend.glob("/skills/**/SKILL.md")) == N_SKILLS
+    found, cursor = 0, None
+    while True:  # a listing comes in pages (HANGO_LIST_PAGE_MAX at most)
+        page = backend.glob("/skills/**/SKILL.md", limit=5000, cursor=cursor)
+        assert len(page) <= 5000
+        found += len(page)
+        if (cursor := page.next_cursor) is None:
+            break
+    assert found == N_SKILLS
     assert loaded.skills_bytes > N_SKILLS * 7000  # ~67 MiB of skills in all
 
 

@@ -51,7 +51,7 @@ from hango.agent.runtime import Agent
 from hango.agents import ID_PATTERN, AgentConfig, create_tenant, create_token, save_agent
 from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
-from hango.fs.backend import PostgresBackend
+from hango.fs.backend import PathConflict, PostgresBackend
 from hango.fs.path import (
     PREFIX_MEMORIES,
     PREFIX_SKILLS,
@@ -252,7 +252,9 @@ class World:
         return {(t, a, p): (v, h) for t, a, p, v, h in rows}
 
 
-SEEDS = ["/memories/AGENTS.md", "/skills/s/SKILL.md", "/memories", "/notes/seed.md"]
+# No file "/memories" beside "/memories/AGENTS.md": a file and a directory may not share a name
+# (issue 10); writing "/memories" is still tried by every layer and refused.
+SEEDS = ["/memories/AGENTS.md", "/skills/s/SKILL.md", "/notes/seed.md"]
 
 
 @pytest.fixture(scope="module")
@@ -278,6 +280,13 @@ def _diff(before: dict[Any, Any], after: dict[Any, Any]) -> set[Any]:
     return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
 
+def _clashes(rows: dict[tuple[str, str, str], Any], tenant: str, agent: str, path: str) -> bool:
+    """True when ``path`` would share its name with a file or directory there (issue 10)."""
+    ancestors = {path[:i] for i in range(1, len(path)) if path[i] == "/"}
+    return any(t == tenant and a == agent and (p in ancestors or p.startswith(path + "/"))
+               for t, a, p in rows)
+
+
 def _digest(text: str) -> str:
     return hashlib.md5(text.encode("utf-8")).hexdigest()
 
@@ -296,12 +305,16 @@ def test_backend_writes_land_exactly_where_clean_says(world: World, path: str) -
         valid = True
     except PathError:
         valid = False
+    clash = valid and _clashes(before, world.tenant, "a2", path)
     try:
         backend.write(path, body)
         wrote = True
     except PathError:
         wrote = False
-    assert wrote == valid
+    except PathConflict:
+        wrote = False
+        assert clash, path
+    assert wrote == (valid and not clash)
     changed = _diff(before, world.snapshot())
     assert changed == ({(world.tenant, "a2", path)} if wrote else set())
     if wrote:

@@ -15,6 +15,7 @@ from hango.fs.path import check_write
 from hango.models.base import ToolSpec
 
 READ_LIMIT = 256 * 1024  # bytes a single read_file returns; the rest is announced, not sent
+LIST_LIMIT = 200  # entries a single ls or glob returns; more are announced, with how to narrow
 
 
 def _str(args: dict[str, Any], key: str, default: str | None = None) -> str:
@@ -48,13 +49,24 @@ def edit_file(ctx: RunContext, args: dict[str, Any]) -> str:
     return f"edited {path} (version {version})"
 
 
+def _more(shown: int, more: bool, narrow: str) -> str:
+    return f"\n[... {shown} shown and more exist: {narrow}]" if more else ""
+
+
 def ls(ctx: RunContext, args: dict[str, Any]) -> str:
-    entries = ctx.backend.ls(_str(args, "path", "/"))
-    return "\n".join(e.path if e.is_dir else f"{e.path} ({e.size} bytes)" for e in entries) or "(empty)"
+    path = _str(args, "path", "/")
+    page = ctx.backend.ls(path, limit=LIST_LIMIT)
+    lines = "\n".join(e.path if e.is_dir else f"{e.path} ({e.size} bytes)" for e in page)
+    return (lines or "(empty)") + _more(
+        len(page), page.next_cursor is not None,
+        f"list a subdirectory, or glob a narrower pattern such as {path.rstrip('/')}/a*")
 
 
 def glob(ctx: RunContext, args: dict[str, Any]) -> str:
-    return "\n".join(ctx.backend.glob(_str(args, "pattern"))) or "(no match)"
+    page = ctx.backend.glob(_str(args, "pattern"), limit=LIST_LIMIT)
+    return ("\n".join(page) or "(no match)") + _more(
+        len(page), page.next_cursor is not None,
+        "narrow the pattern, best with a longer literal directory before the first wildcard")
 
 
 def _spec(name: str, description: str, **props: str) -> ToolSpec:

@@ -19,6 +19,19 @@ The contract, in the order a request is checked:
   ``If-Match: "3"`` writes, edits or deletes only at version 3, else ``412`` and nothing is
   written; ``If-None-Match: *`` (or ``If-Match: "0"``) creates only.
 - The database being unreachable is ``503``. Every error body is ``{"detail": "..."}``.
+
+Bounds (issue 10):
+
+- No file is larger than ``HANGO_MAX_FILE_BYTES``: a PUT body over it (from Content-Length, or
+  counted as it arrives) or a PATCH whose result would exceed it is ``413`` naming the cap and
+  the size; nothing is written. A GET of a file stored before the cap is ``409`` naming both.
+- Listings come in pages: ``?limit=`` (default ``HANGO_LIST_PAGE_DEFAULT``, at most
+  ``HANGO_LIST_PAGE_MAX``; a larger limit is reduced to it) and ``?cursor=`` (the previous
+  page's ``next_cursor``, opaque); the last page has ``next_cursor: null``.
+- A write that would take the tenant over ``HANGO_TENANT_MAX_FILES`` or
+  ``HANGO_TENANT_MAX_BYTES`` is ``413`` naming the quota; nothing is written.
+- A file and a directory may not share a name: writing ``/notes`` when ``/notes/x`` exists, or
+  ``/notes/x`` when the file ``/notes`` exists, is ``409`` naming the conflict.
 """
 
 from __future__ import annotations
@@ -59,7 +72,16 @@ from hango.agents import (
     save_agent,
 )
 from hango.db import Database, DatabaseError, get_database
-from hango.fs.backend import EditError, FileNotFound, NotText, PostgresBackend, VersionConflict
+from hango.fs.backend import (
+    EditError,
+    FileNotFound,
+    FileTooLarge,
+    NotText,
+    PathConflict,
+    PostgresBackend,
+    QuotaExceeded,
+    VersionConflict,
+)
 from hango.fs.path import PathError, ReservedPathError, check_write, clean
 from hango.settings import Settings, get_settings
 
@@ -87,6 +109,8 @@ class EntryOut(BaseModel):
 
 class Listing(BaseModel):
     entries: list[EntryOut]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as ?cursor= for the next page; null on the last page.")
 
 
 class AgentList(BaseModel):
@@ -109,10 +133,13 @@ _DESCRIPTIONS = {
     401: "No bearer token, or a token hango does not know.",
     403: "The caller's role may not do this (the message names the rule).",
     404: "No such file, or no such agent in the caller's tenant.",
-    409: "The edit's old text is missing or ambiguous (nothing was written), or the file is "
-         "not UTF-8 text.",
+    409: "The edit's old text is missing or ambiguous (nothing was written), the file is not "
+         "UTF-8 text, a file and a directory would share a name, or (GET) the file is larger "
+         "than HANGO_MAX_FILE_BYTES.",
     412: "If-Match named a version the file is not at; nothing was written.",
-    413: "The request body is larger than HANGO_MAX_BODY_BYTES; nothing was written.",
+    413: "The request body is larger than HANGO_MAX_BODY_BYTES, the file would be larger than "
+         "HANGO_MAX_FILE_BYTES, or the tenant would exceed HANGO_TENANT_MAX_FILES or "
+         "HANGO_TENANT_MAX_BYTES; nothing was written.",
     422: "Invalid input (path, agent id, header or body); the message names it.",
     503: "The database is unavailable.",
 }
@@ -222,10 +249,11 @@ class _Agent:
     db: Database
     principal: Principal
     agent_id: str
+    settings: Settings | None = None
 
     @property
     def backend(self) -> PostgresBackend:
-        return PostgresBackend(self.db, self.principal.tenant_id, self.agent_id)
+        return PostgresBackend(self.db, self.principal.tenant_id, self.agent_id, self.settings)
 
     def exists(self) -> bool:
         with self.db.tenant(self.principal.tenant_id) as conn:
@@ -252,7 +280,7 @@ AgentId = Annotated[str, UrlPath(pattern=ID_PATTERN, description="The agent's id
 def _agent(
     request: Request, agent_id: AgentId, principal: Annotated[Principal, Depends(_principal)]
 ) -> _Agent:
-    return _Agent(_db(request), principal, agent_id)
+    return _Agent(_db(request), principal, agent_id, request.app.state.hango_settings)
 
 
 _PATH_RULES = (
@@ -370,11 +398,23 @@ def read_file(
         raise agent.missing(str(exc)) from None
     except NotText as exc:
         raise HTTPException(409, f"{path}: {exc}") from None
+    except FileTooLarge as exc:
+        raise HTTPException(409, str(exc)) from None
     return PlainTextResponse(data.content, media_type=TEXT, headers=_tag(data.version))
 
 
-async def _read_text(request: Request) -> str:
-    chunks = [chunk async for chunk in request.stream()]  # BodyLimit counts as they arrive
+async def _read_text(request: Request, path: str, cap: int) -> str:
+    """The body as text, refused (413) once it is known to exceed the file cap ``cap``: from
+    Content-Length before reading, else as the chunks arrive (BodyLimit counts them too)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise HTTPException(413, str(FileTooLarge(path, int(declared), cap)))
+    chunks, seen = [], 0
+    async for chunk in request.stream():
+        seen += len(chunk)
+        if seen > cap:
+            raise HTTPException(413, str(FileTooLarge(path, seen, cap, at_least=True)))
+        chunks.append(chunk)
     try:
         return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -391,7 +431,7 @@ async def _read_text(request: Request) -> str:
         "text/plain": {"schema": {"type": "string"}}}}},
     responses={200: {"description": "Replaced.", "headers": _ETAG},
                201: {"model": FileVersion, "description": "Created.", "headers": _ETAG},
-               **_errors(403, 404, 412, 413)},
+               **_errors(403, 404, 409, 412, 413)},
 )
 async def write_file(
     request: Request,
@@ -401,7 +441,7 @@ async def write_file(
     if_version: Annotated[int | None, Depends(_put_precondition)],
 ) -> FileVersion:
     await run_in_threadpool(_may_write, agent, path)
-    content = await _read_text(request)
+    content = await _read_text(request, path, agent.backend.max_file_bytes)
     version = await run_in_threadpool(_write, agent, path, content, if_version)
     response.status_code = 201 if version == 1 else 200
     response.headers.update(_tag(version))
@@ -422,6 +462,10 @@ def _write(agent: _Agent, path: str, content: str, if_version: int | None) -> in
         raise _conflict(agent, exc) from None
     except psycopg.errors.ForeignKeyViolation:
         raise agent.no_agent() from None
+    except PathConflict as exc:
+        raise HTTPException(409, str(exc)) from None
+    except (FileTooLarge, QuotaExceeded) as exc:
+        raise HTTPException(413, str(exc)) from None
 
 
 @router.patch(
@@ -448,6 +492,8 @@ def edit_file(
         raise HTTPException(409, str(exc)) from None
     except VersionConflict as exc:
         raise _conflict(agent, exc) from None
+    except (FileTooLarge, QuotaExceeded) as exc:
+        raise HTTPException(413, str(exc)) from None
     response.headers.update(_tag(version))
     return FileVersion(path=path, version=version)
 
@@ -487,23 +533,31 @@ def list_files(
     glob: Annotated[str | None, Query(description="An absolute pattern: * and ? within a "
                                                    "segment, ** across segments.",
                                       json_schema_extra={"pattern": _QUERY_PATH_SHAPE})] = None,
-) -> Listing:
+    limit: Annotated[int | None, Query(ge=1, description=(
+        "Entries per page: default HANGO_LIST_PAGE_DEFAULT (1000), at most HANGO_LIST_PAGE_MAX "
+        "(10000); a larger limit is reduced to the maximum."))] = None,
+    cursor: Annotated[str | None, Query(max_length=8192, description=(
+        "The next_cursor of the previous page, unchanged."),
+        json_schema_extra={"pattern": r"^[A-Za-z0-9_-]+$"})] = None,
+) -> Response:
     if dir is not None and glob is not None:
         raise HTTPException(422, "give ?dir= or ?glob=, not both")
     backend = agent.backend
     try:
         if glob is not None:
-            found = backend.read_many(backend.glob(glob), 0)
-            entries = [EntryOut(path=f.path, is_dir=False, size=f.size, version=f.version)
-                       for f in found]
+            page = backend.glob_entries(glob, limit, cursor)
         else:
-            entries = [EntryOut(path=e.path, is_dir=e.is_dir, size=e.size, version=e.version)
-                       for e in backend.ls(dir if dir is not None else "/")]
-    except ValueError as exc:  # PathError, or a pattern that is not absolute
+            page = backend.ls(dir if dir is not None else "/", limit, cursor)
+    except ValueError as exc:  # PathError, a pattern that is not absolute, an invalid cursor
         raise HTTPException(422, str(exc)) from None
+    entries = [EntryOut(path=e.path, is_dir=e.is_dir, size=e.size, version=e.version)
+               for e in page]
     if not entries and not agent.exists():
         raise agent.no_agent()
-    return Listing(entries=entries)
+    # Serialised here, once (pydantic's Rust encoder): returned as a model, a page of 10,000
+    # entries would be validated and encoded a second time by FastAPI, holding the GIL.
+    return Response(Listing(entries=entries, next_cursor=page.next_cursor).model_dump_json(),
+                    media_type="application/json")
 
 
 @router.get("/agents", summary="The agents of the caller's tenant", response_model=AgentList,
@@ -556,6 +610,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
         redirect_slashes=False,
     )
     app.state.hango_db = db
+    app.state.hango_settings = settings
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(router)
 

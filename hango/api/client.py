@@ -7,10 +7,15 @@
 
 Every refusal raises :class:`ApiError` with the HTTP status and the server's message, which
 names the rule (``403 ... only an owner or admin may write there``).
+
+Listings come in pages: :meth:`FilesClient.ls` and :meth:`FilesClient.glob` return one page (a
+list with ``next_cursor``); :meth:`FilesClient.iter_ls` and :meth:`FilesClient.iter_glob`
+follow the cursors, one bounded request at a time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -19,6 +24,7 @@ from urllib.parse import quote
 import httpx
 
 from hango.agents import AgentConfig
+from hango.fs.backend import Page
 
 
 class ApiError(Exception):
@@ -133,15 +139,46 @@ class FilesClient:
     def delete(self, path: str, if_version: int | None = None) -> None:
         self._send("DELETE", self._file(path), headers=self._precondition(if_version))
 
-    def ls(self, directory: str = "/") -> list[Entry]:
-        """The direct children of a directory."""
-        response = self._send("GET", self._agent + "/files", params={"dir": directory})
-        return [Entry(**e) for e in response.json()["entries"]]
+    def _page(self, params: dict[str, Any], limit: int | None,
+              cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+        if limit is not None:
+            params["limit"] = limit
+        if cursor is not None:
+            params["cursor"] = cursor
+        body = self._send("GET", self._agent + "/files", params=params).json()
+        return list(body["entries"]), body.get("next_cursor")
 
-    def glob(self, pattern: str) -> list[str]:
-        """Paths matching ``pattern``: ``*``/``?`` within a segment, ``**`` across segments."""
-        response = self._send("GET", self._agent + "/files", params={"glob": pattern})
-        return [e["path"] for e in response.json()["entries"]]
+    def ls(self, directory: str = "/", limit: int | None = None,
+           cursor: str | None = None) -> Page[Entry]:
+        """One page of a directory's direct children; ``next_cursor`` gets the next page."""
+        entries, nxt = self._page({"dir": directory}, limit, cursor)
+        return Page([Entry(**e) for e in entries], nxt)
+
+    def glob(self, pattern: str, limit: int | None = None,
+             cursor: str | None = None) -> Page[str]:
+        """One page of the paths matching ``pattern``: ``*``/``?`` within a segment, ``**``
+        across segments. A page may be short (even empty) with a ``next_cursor`` when the server
+        stopped after examining ``HANGO_GLOB_SCAN_MAX`` paths."""
+        entries, nxt = self._page({"glob": pattern}, limit, cursor)
+        return Page([e["path"] for e in entries], nxt)
+
+    def iter_ls(self, directory: str = "/", limit: int | None = None) -> Iterator[Entry]:
+        """Every child of a directory, page after page (one request per page, on demand)."""
+        cursor: str | None = None
+        while True:
+            page = self.ls(directory, limit, cursor)
+            yield from page
+            if (cursor := page.next_cursor) is None:
+                return
+
+    def iter_glob(self, pattern: str, limit: int | None = None) -> Iterator[str]:
+        """Every path matching ``pattern``, page after page."""
+        cursor: str | None = None
+        while True:
+            page = self.glob(pattern, limit, cursor)
+            yield from page
+            if (cursor := page.next_cursor) is None:
+                return
 
     # config
 

@@ -87,7 +87,7 @@ def pull(client: FilesClient, remote: str, local: Path) -> SyncReport:
     """Copy every file under ``remote`` into ``local``; an existing local file is replaced only if
     it differs (it is the copy: the agent's files are the source)."""
     report, remote = SyncReport(), _remote_dir(remote)
-    for path in client.glob(remote + "**"):
+    for path in client.iter_glob(remote + "**"):
         target = local / path.removeprefix(remote)
         if local.resolve() not in target.resolve().parents:
             report.refused.append(f"{path}: would be written outside {local}")

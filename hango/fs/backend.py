@@ -4,19 +4,32 @@ The backend is policy-free about *who* writes (that is :func:`hango.fs.path.chec
 by both doors) but strict about *what* a path is: every method cleans its path first.
 Each file carries a ``version`` for optimistic concurrency: pass ``if_version`` and a write that
 lost a race is refused with :class:`VersionConflict` instead of silently overwriting.
+
+Nothing here is unbounded (issue 10): no file exceeds ``HANGO_MAX_FILE_BYTES``
+(:class:`FileTooLarge`, checked before the content is built); listings come in keyset pages
+(:class:`Page`); and the database itself refuses a write that would take a tenant over its
+quota (:class:`QuotaExceeded`) or give a file and a directory one name (:class:`PathConflict`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+import psycopg
 from psycopg import sql
 
 from hango.db import Database
 from hango.fs.path import PathError, clean, clean_dir
+from hango.settings import Settings, get_settings
+
+T = TypeVar("T")
 
 
 class FileNotFound(LookupError):
@@ -42,6 +55,52 @@ class NotText(ValueError):
     """File contents are UTF-8 text."""
 
 
+class FileTooLarge(ValueError):
+    """A file would be (or is) larger than ``HANGO_MAX_FILE_BYTES``. Nothing was written.
+
+    Raised *before* the too-large content is built: a write compares the content's size, an
+    edit counts the occurrences and computes the result's size first. A read of a file that
+    was stored before the cap (or under a larger one) raises it too, after at most the cap's
+    bytes have left the database.
+    """
+
+    def __init__(self, path: str, size: int, cap: int, *, at_least: bool = False,
+                 stored: bool = False) -> None:
+        what = (f"is {'at least ' if at_least else ''}{size} bytes" if stored else
+                f"would be {'at least ' if at_least else ''}{size} bytes")
+        tail = ("it was stored before the cap; read its head with a limit, or replace or delete "
+                "it" if stored else "nothing was written")
+        super().__init__(f"{path}: the file {what}, more than HANGO_MAX_FILE_BYTES "
+                         f"({cap} bytes); {tail}")
+        self.path, self.size, self.cap = path, size, cap
+
+
+class PathConflict(ValueError):
+    """A file and a directory may not share a name (``/notes`` and ``/notes/x``).
+
+    The database refuses it (a trigger in ``schema.sql``, serialised per first segment, so two
+    racing writers cannot both win); ``other`` is the existing path it clashes with.
+    """
+
+    def __init__(self, message: str, path: str, other: str) -> None:
+        super().__init__(message)
+        self.path, self.other = path, other
+
+
+class QuotaExceeded(RuntimeError):
+    """The write would take the tenant over ``HANGO_TENANT_MAX_FILES`` or
+    ``HANGO_TENANT_MAX_BYTES`` (``quota`` names which). Nothing was written. The database
+    enforces it (``tenant_usage`` in ``schema.sql``), so concurrent writers cannot overshoot."""
+
+    def __init__(self, message: str, quota: str) -> None:
+        super().__init__(message)
+        self.quota = quota
+
+
+class InvalidCursor(ValueError):
+    """A listing cursor that this listing did not hand out."""
+
+
 @dataclass(frozen=True)
 class FileData:
     path: str
@@ -60,6 +119,38 @@ class Entry:
     is_dir: bool
     size: int = 0
     version: int = 0
+
+
+class Page(list[T]):
+    """One page of a listing: a plain list, plus ``next_cursor`` (``None`` on the last page).
+
+    Pass ``next_cursor`` back as ``cursor`` to get the next page. A cursor is opaque: it holds
+    the last path of this page (keyset pagination: the next page starts *after* it in the
+    primary key, never at an offset), and the listing it belongs to.
+    """
+
+    def __init__(self, items: Iterable[T] = (), next_cursor: str | None = None) -> None:
+        super().__init__(items)
+        self.next_cursor = next_cursor
+
+
+def encode_cursor(kind: str, query: str, after: str) -> str:
+    raw = json.dumps([kind, query, after], ensure_ascii=False, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str, kind: str, query: str) -> str:
+    """The path a page ends at, from a cursor this listing (``kind`` and ``query``) handed out."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        got_kind, got_query, after = json.loads(raw.decode("utf-8"))
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}: pass back the next_cursor of the "
+                            "previous page unchanged") from None
+    if (got_kind, got_query) != (kind, query) or not isinstance(after, str):
+        raise InvalidCursor(f"invalid cursor: it belongs to another listing ({got_kind} "
+                            f"{got_query!r}), not to {kind} {query!r}")
+    return after
 
 
 def decode_head(data: bytes) -> str:
@@ -131,18 +222,59 @@ class Backend(Protocol):
         if_version: int | None = None,
     ) -> int: ...
     def delete(self, path: str, if_version: int | None = None) -> None: ...
-    def ls(self, path: str = "/") -> list[Entry]: ...
-    def glob(self, pattern: str) -> list[str]: ...
+    def ls(self, path: str = "/", limit: int | None = None,
+           cursor: str | None = None) -> Page[Entry]: ...
+    def glob(self, pattern: str, limit: int | None = None,
+             cursor: str | None = None) -> Page[str]: ...
 
 
 class PostgresBackend:
     """:class:`Backend` over ``agent_files``; every statement runs with the tenant set (RLS)."""
 
-    def __init__(self, db: Database, tenant_id: str, agent_id: str) -> None:
+    def __init__(self, db: Database, tenant_id: str, agent_id: str,
+                 settings: Settings | None = None) -> None:
         self.db = db
         self.tenant_id = tenant_id
         self.agent_id = agent_id
+        self.settings: Settings = settings or getattr(db, "settings", None) or get_settings()
         self.bytes_read = 0  # content bytes transferred from the database, for the caps' tests
+
+    @property
+    def max_file_bytes(self) -> int:
+        return self.settings.max_file_bytes
+
+    def page_size(self, limit: int | None) -> int:
+        """``limit``, or the default page size, never above ``HANGO_LIST_PAGE_MAX``."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):
+            raise ValueError(f"limit must be a positive whole number, got {limit!r}")
+        ceiling = self.settings.list_page_max
+        return min(limit if limit is not None else self.settings.list_page_default, ceiling)
+
+    @contextmanager
+    def _writing(self) -> Iterator[psycopg.Connection[Any]]:
+        """A write transaction: the tenant's quotas set for the database to enforce, and the
+        database's refusals (quota, file-or-directory) turned into this module's exceptions."""
+        try:
+            with self.db.tenant(self.tenant_id) as conn:
+                conn.execute(
+                    "SELECT set_config('hango.tenant_max_files', %s, true),"
+                    "       set_config('hango.tenant_max_bytes', %s, true)",
+                    [str(self.settings.tenant_max_files), str(self.settings.tenant_max_bytes)])
+                yield conn
+        except psycopg.errors.CheckViolation as exc:
+            quota = {"hango_quota_files": "HANGO_TENANT_MAX_FILES",
+                     "hango_quota_bytes": "HANGO_TENANT_MAX_BYTES"}.get(
+                         exc.diag.constraint_name or "")
+            if quota is None:
+                raise
+            raise QuotaExceeded(exc.diag.message_primary or str(exc), quota) from None
+        except psycopg.errors.ExclusionViolation as exc:
+            if exc.diag.constraint_name != "agent_files_file_or_directory":
+                raise
+            message = exc.diag.message_primary or str(exc)
+            raise PathConflict(message, message.split(":", 1)[0],
+                               exc.diag.message_detail or "") from None
 
     def _ns(self) -> dict[str, Any]:
         return {"t": self.tenant_id, "a": self.agent_id}
@@ -155,11 +287,19 @@ class PostgresBackend:
                 for path, data, version, size in rows]
 
     def read(self, path: str, limit: int | None = None) -> FileData:
-        """Read a file; with ``limit``, only its first ``limit`` bytes leave the database."""
+        """Read a file; with ``limit``, only its first ``limit`` bytes leave the database.
+
+        Without ``limit`` the whole file, which is at most ``HANGO_MAX_FILE_BYTES``: a file
+        stored before the cap (or under a larger one) raises :class:`FileTooLarge`, and at most
+        the cap's bytes are transferred to find that out.
+        """
         path = clean(path)
-        found = self.read_many([path], limit if limit is not None else 2**31 - 1)
+        cap = self.max_file_bytes
+        found = self.read_many([path], limit if limit is not None else cap)
         if not found:
             raise FileNotFound(path)
+        if limit is None and found[0].size > cap:
+            raise FileTooLarge(path, found[0].size, cap, stored=True)
         return found[0]
 
     def read_many(self, paths: Sequence[str], limit: int) -> list[FileData]:
@@ -228,9 +368,14 @@ class PostgresBackend:
     def write(self, path: str, content: str, if_version: int | None = None) -> int:
         """Create or replace a file; return its new version."""
         path = clean(path)
-        data = content.encode("utf-8")
+        cap = self.max_file_bytes
+        if len(content) > 4 * cap:  # UTF-8 has at least a byte a character: not even encoded
+            raise FileTooLarge(path, len(content), cap, at_least=True)
+        data = content.encode("utf-8")  # at most 16 x cap bytes
+        if len(data) > cap:
+            raise FileTooLarge(path, len(data), cap)
         params = {**self._ns(), "p": path, "c": data, "s": len(data), "v": if_version}
-        with self.db.tenant(self.tenant_id) as conn:
+        with self._writing() as conn:
             if if_version is None:
                 row = conn.execute(
                     """INSERT INTO agent_files (tenant_id, agent_id, path, content, size)
@@ -274,22 +419,38 @@ class PostgresBackend:
         self, path: str, old: str, new: str, *, replace_all: bool = False,
         if_version: int | None = None,
     ) -> int:
-        """Replace the exact text ``old`` with ``new``; ``old`` must occur once (or ``replace_all``)."""
+        """Replace the exact text ``old`` with ``new``; ``old`` must occur once (or ``replace_all``).
+
+        The result's size is computed before the result is built: ``size + count x (len(new) -
+        len(old))`` bytes, refused over ``HANGO_MAX_FILE_BYTES`` (a 65 KB edit of a 1 MiB file
+        asking for 64 GiB is a :class:`FileTooLarge`, not a ``MemoryError``). The work is on
+        UTF-8 bytes: in valid UTF-8 a needle only matches at character boundaries, so counting
+        and replacing bytes is the same as on text.
+        """
         path = clean(path)
         if old == "":
             raise EditError(f"{path}: the text to replace is empty")
-        with self.db.tenant(self.tenant_id) as conn:
+        cap = self.max_file_bytes
+        old_b, new_b = old.encode("utf-8"), new.encode("utf-8")
+        with self._writing() as conn:
+            # A file already over the cap (stored before it) is not even fetched unless the edit
+            # could shrink it.
             row = conn.execute(
-                """SELECT content, version FROM agent_files
+                """SELECT CASE WHEN size <= %(cap)s OR %(shrinks)s THEN content END, version, size
+                     FROM agent_files
                     WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s FOR UPDATE""",
-                {**self._ns(), "p": path},
+                {**self._ns(), "p": path, "cap": cap, "shrinks": len(new_b) < len(old_b)},
             ).fetchone()
             if row is None:
                 raise FileNotFound(path)
-            text, version = decode_head(bytes(row[0])), int(row[1])
+            version, size = int(row[1]), int(row[2])
             if if_version is not None and if_version != version:
                 raise VersionConflict(path, if_version, version)
-            count = text.count(old)
+            if row[0] is None:
+                raise FileTooLarge(path, size, cap, at_least=True)
+            data = bytes(row[0])
+            decode_head(data)  # contents are UTF-8 text, else NotText
+            count = data.count(old_b)
             if count == 0:
                 raise EditError(f"{path}: the text to replace was not found; nothing was written")
             if count > 1 and not replace_all:
@@ -297,7 +458,10 @@ class PostgresBackend:
                     f"{path}: the text to replace occurs {count} times; give more context "
                     "so it is unique (or replace all); nothing was written"
                 )
-            data = text.replace(old, new).encode("utf-8")
+            result_size = len(data) + count * (len(new_b) - len(old_b))
+            if result_size > cap:
+                raise FileTooLarge(path, result_size, cap)
+            data = data.replace(old_b, new_b)
             new_version = conn.execute(
                 """UPDATE agent_files SET content = %(c)s, size = %(s)s,
                           version = version + 1, updated_at = now()
@@ -325,40 +489,111 @@ class PostgresBackend:
                 assert if_version is not None
                 raise VersionConflict(path, if_version, actual)
 
-    def ls(self, path: str = "/") -> list[Entry]:
-        """The direct children of a directory: files with size and version, then subfolders."""
+    def ls(self, path: str = "/", limit: int | None = None,
+           cursor: str | None = None) -> Page[Entry]:
+        """One page of a directory's direct children, in byte order of their path (a directory's
+        path ends with ``/``): files with size and version, and subdirectories.
+
+        Keyset pagination by a *skip scan*: each step is one probe of the primary key for the
+        first path after the previous entry; after a subdirectory it jumps past the whole
+        subtree (C collation: everything under ``/notes/`` sorts before ``/notes0``). A page of
+        ``n`` entries costs ``n + 1`` index probes, however many files the directory holds.
+        """
         directory = clean_dir(path)
+        size = self.page_size(limit)
+        if cursor is None:
+            lo = directory
+        else:
+            after = decode_cursor(cursor, "ls", directory)
+            if not after.startswith(directory) or after == directory:
+                raise InvalidCursor("invalid cursor: it does not lie in this directory")
+            lo = after[:-1] + "0" if after.endswith("/") else after + "\x01"
         with self.db.tenant(self.tenant_id) as conn:
             rows = conn.execute(
-                """SELECT split_part(substr(path, %(n)s), '/', 1) AS child,
-                          bool_or(strpos(substr(path, %(n)s), '/') > 0) AS is_dir,
-                          max(size), max(version)
-                     FROM agent_files
-                    WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path LIKE %(like)s
-                    GROUP BY child ORDER BY child""",
-                {**self._ns(), "n": len(directory) + 1, "like": like_escape(directory) + "%"},
+                """WITH RECURSIVE walk(n, path, size, version, child, is_dir) AS (
+                       SELECT 1, f.path, f.size, f.version, c.child, c.is_dir
+                         FROM (SELECT path, size, version FROM agent_files
+                                WHERE tenant_id = %(t)s AND agent_id = %(a)s
+                                  AND path >= %(lo)s AND path < %(hi)s
+                                ORDER BY path LIMIT 1) f,
+                              LATERAL (SELECT split_part(substr(f.path, %(k)s), '/', 1) AS child,
+                                              strpos(substr(f.path, %(k)s), '/') > 0 AS is_dir) c
+                     UNION ALL
+                       SELECT w.n + 1, f.path, f.size, f.version, c.child, c.is_dir
+                         FROM walk w,
+                              LATERAL (SELECT path, size, version FROM agent_files
+                                        WHERE tenant_id = %(t)s AND agent_id = %(a)s
+                                          AND path >= CASE WHEN w.is_dir
+                                                           THEN %(dir)s || w.child || '0'
+                                                           ELSE w.path || chr(1) END
+                                          AND path < %(hi)s
+                                        ORDER BY path LIMIT 1) f,
+                              LATERAL (SELECT split_part(substr(f.path, %(k)s), '/', 1) AS child,
+                                              strpos(substr(f.path, %(k)s), '/') > 0 AS is_dir) c
+                        WHERE w.n <= %(n)s)
+                   SELECT child, is_dir, size, version FROM walk ORDER BY n""",
+                {**self._ns(), "lo": lo, "hi": directory[:-1] + "0", "dir": directory,
+                 "k": len(directory) + 1, "n": size},
             ).fetchall()
-        return [
+        entries = [
             Entry(directory + child + ("/" if is_dir else ""), bool(is_dir),
-                  0 if is_dir else int(size), 0 if is_dir else int(version))
-            for child, is_dir, size, version in rows
+                  0 if is_dir else int(nbytes), 0 if is_dir else int(version))
+            for child, is_dir, nbytes, version in rows
         ]
+        more = len(entries) > size
+        return Page(entries[:size],
+                    encode_cursor("ls", directory, entries[size - 1].path) if more else None)
 
-    def glob(self, pattern: str) -> list[str]:
-        """Paths matching ``pattern`` (``/skills/**/SKILL.md``); one indexed query."""
+    def glob(self, pattern: str, limit: int | None = None,
+             cursor: str | None = None) -> Page[str]:
+        """One page of the paths matching ``pattern`` (``/skills/**/SKILL.md``), in byte order."""
+        page = self.glob_entries(pattern, limit, cursor)
+        return Page([e.path for e in page], page.next_cursor)
+
+    def glob_entries(self, pattern: str, limit: int | None = None,
+                     cursor: str | None = None) -> Page[Entry]:
+        """:meth:`glob` with each file's size and version.
+
+        One query: a range scan of the primary key from the pattern's literal directory prefix
+        (or from the cursor), filtered by the pattern's regular expression. The scan examines at
+        most ``HANGO_GLOB_SCAN_MAX`` paths per page, so a pattern that matches little in a large
+        tree cannot make one request scan it all: the page then comes back short (even empty)
+        with a ``next_cursor`` at the last path examined.
+        """
         if not isinstance(pattern, str) or not pattern.startswith("/"):
             raise ValueError(f"glob pattern must be absolute, got {pattern!r}")
         try:  # with its wildcards set aside, a pattern obeys the path rules (no NUL, no '..')
             clean_dir(re.sub(r"[*?]", "x", pattern))
         except PathError as exc:
             raise PathError(pattern, exc.rule) from None
+        size = self.page_size(limit)
+        scan = self.settings.glob_scan_max
         literal = re.split(r"[*?]", pattern, maxsplit=1)[0]
         prefix = literal[: literal.rfind("/") + 1]
+        lo = prefix
+        if cursor is not None:
+            after = decode_cursor(cursor, "glob", pattern)
+            if not after.startswith(prefix):
+                raise InvalidCursor("invalid cursor: it does not lie under this pattern's prefix")
+            lo = after + "\x01"  # the first path after it (no path holds a control character)
         with self.db.tenant(self.tenant_id) as conn:
             rows = conn.execute(
-                """SELECT path FROM agent_files
-                    WHERE tenant_id = %(t)s AND agent_id = %(a)s
-                      AND path LIKE %(like)s AND path ~ %(re)s ORDER BY path""",
-                {**self._ns(), "like": like_escape(prefix) + "%", "re": glob_to_regex(pattern)},
+                """SELECT path, size, version, hit, n FROM (
+                       SELECT path, size, version, path ~ %(re)s AS hit,
+                              row_number() OVER (ORDER BY path) AS n
+                         FROM (SELECT path, size, version FROM agent_files
+                                WHERE tenant_id = %(t)s AND agent_id = %(a)s
+                                  AND path >= %(lo)s AND path < %(hi)s
+                                ORDER BY path LIMIT %(scan)s) s) x
+                    WHERE hit OR n = %(scan)s
+                    ORDER BY path LIMIT %(rows)s""",
+                {**self._ns(), "re": glob_to_regex(pattern), "lo": lo,
+                 "hi": prefix[:-1] + "0", "scan": scan, "rows": size + 2},
             ).fetchall()
-        return [r[0] for r in rows]
+        hits = [Entry(p, False, int(b), int(v)) for p, b, v, hit, _ in rows if hit]
+        if len(hits) > size:  # a full page, and more matches after it
+            return Page(hits[:size], encode_cursor("glob", pattern, hits[size - 1].path))
+        if rows and rows[-1][4] == scan:
+            # the scan used its whole budget: more may match after the last path it examined
+            return Page(hits, encode_cursor("glob", pattern, rows[-1][0]))
+        return Page(hits)
