@@ -138,15 +138,15 @@ class _Reader:
             line, text = self.i + 2, self.lines[self.i][at:]
             if at > indent:
                 raise SliceError("unexpected indentation" if parent or entries
-                                       else "top-level keys must not be indented", line)
+                                 else "top-level keys must not be indented", line)
             if (match := _KEY.match(text)) is None:
                 item = text == "-" or text[:2] == "- "
                 raise SliceError("a list item where a 'key: value' line was expected" if item
-                                       else "expected 'key: value' (a key is letters, digits, '_', "
-                                       "'-', '.' or '/', then ': ')", line)
+                                 else "expected 'key: value' (a key is letters, digits, '_', '-', "
+                                 "'.' or '/', then ': ')", line)
             if (key := match.group(1)) in entries:
                 raise SliceError(f"duplicate key '{key}' (first on line {entries[key][0]})", line)
-            if (kind := _kind(key)) != "str":
+            if key[0] in _RESOLVED_FIRST and (kind := _kind(key)) != "str":
                 raise SliceError(f"key '{key}' would be read by YAML as a {kind}", line)
             self.i += 1
             entries[key] = (line, self.value(text[len(key) + 1 :], indent, parent + key))
@@ -167,14 +167,14 @@ class _Reader:
         if _KEY.match(below):
             if indent:  # a map inside a map: deeper than the schema goes
                 raise SliceError(f"'{path}' holds a nested mapping; hango reads one level "
-                                       "of keys (metadata values are strings)", line)
+                                 "of keys (metadata values are strings)", line)
             return self.mapping(at, path + ".")
         self.i += 1
         return self.inline(below, indent)
 
     def inline(self, text: str, indent: int) -> Node:
         """A value from ``text`` (line ``i - 1``) on; lines below must be deeper than ``indent``."""
-        first, line = text[0], self.i + 1
+        first, line, lines = text[0], self.i + 1, self.lines
         if first in _QUOTED:
             value, end = _quoted(text, 0, line)
             _tail(text[end:], line, "the closing quote")
@@ -188,7 +188,9 @@ class _Reader:
         if text == "-" or text[:2] == "- ":
             raise SliceError("a block list must start on the line after its key", line)
         value, ended = _plain_line(text, line)
-        chunks, blanks, lines = [value], 0, self.lines
+        if ended or self.i == len(lines) or lines[self.i][:1] not in ("", " "):  # the common case
+            return (_kind(value), value, line)
+        chunks, blanks = [value], 0
         while not ended and self.i < len(lines):  # fold more-indented lines as YAML does
             more = lines[self.i].lstrip(" ")
             if not more:
