@@ -259,6 +259,20 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+# --- skills ------------------------------------------------------------------------------------
+
+
+def cmd_skills(args: argparse.Namespace, settings: Settings) -> int:
+    from hango.agent.skills_check import check_paths
+
+    verdicts = check_paths(args.paths, strict=args.strict)
+    for verdict in verdicts:
+        print(verdict)
+    bad = sum(verdict.problem is not None for verdict in verdicts)
+    _say(f"{len(verdicts)} checked: {len(verdicts) - bad} ok, {bad} with problems")
+    return 1 if bad else 0
+
+
 # --- main --------------------------------------------------------------------------------------
 
 
@@ -311,6 +325,15 @@ def _parser() -> argparse.ArgumentParser:
                               help="skills directories under /skills/ (default: tenant default)")
     agent_create.add_argument("--system-prompt")
     agent.set_defaults(func=cmd_agent)
+
+    skills = sub.add_parser("skills", help="SKILL.md files on disk")
+    skills_sub = skills.add_subparsers(dest="action", required=True, metavar="ACTION")
+    skills_check = skills_sub.add_parser(
+        "check", help="validate SKILL.md files, or folders searched at any depth; exit 1 on problems")
+    skills_check.add_argument("paths", nargs="+", metavar="PATH")
+    skills_check.add_argument("--strict", action="store_true",
+                              help="count warnings (keys hango does not use) as problems too")
+    skills.set_defaults(func=cmd_skills)
     return parser
 
 
