@@ -42,7 +42,7 @@ _RESOLVED = re.compile(r"""
    |(?P<merge_key><<)|(?P<value_key>=)""", re.X)
 _RESOLVED_FIRST = frozenset("yYnNtTfFoO-+0123456789.~<=")
 _KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./-]{0,127}):(?=[ \t]|$)")
-_QUOTED = {'"': re.compile(r'[^"\\]*(?:\\.[^"\\]*)*'), "'": re.compile(r"[^']*(?:''[^']*)*")}
+_QUOTED = "\"'"
 _ESCAPE = re.compile(r"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(.))")
 _ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v",
             "f": "\f", "r": "\r", "e": "\x1b", " ": " ", '"': '"', "\\": "\\", "/": "/",
@@ -91,10 +91,17 @@ def _plain_line(text: str, line: int) -> tuple[str, bool]:
 
 def _quoted(text: str, start: int, line: int) -> tuple[str, int]:
     """The quoted scalar at ``text[start]`` and the index after its closing quote."""
-    quote = text[start]
-    match = _QUOTED[quote].match(text, start + 1)
-    end = match.end() if match else start + 1
-    if text[end : end + 1] != quote:
+    quote, end = text[start], start
+    while (end := text.find(quote, end + 1)) >= 0:  # str.find: far faster than a regex here
+        if quote == "'" and text[end + 1 : end + 2] == "'":
+            end += 1  # '' is an escaped quote
+            continue
+        run = end  # in double quotes, an odd run of backslashes escapes the quote
+        while quote == '"' and text[run - 1] == "\\":
+            run -= 1
+        if (end - run) % 2 == 0:
+            break
+    if end < 0:
         raise SliceError(f"the {quote}-quoted value does not close on its line (quoted values "
                          "must fit on one line; for long text use a block scalar, >-)", line)
     body = text[start + 1 : end]
