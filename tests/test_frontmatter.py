@@ -545,3 +545,14 @@ def test_a_character_cut_by_the_head_is_harmless() -> None:
     data = VALID.encode() + "é".encode() * HEAD_BYTES
     assert parse(data) == parse(VALID)
     assert parse(data.decode()) == parse(VALID)
+
+
+def test_a_reason_quotes_a_long_value_cut_short() -> None:
+    # A reason lands in warnings, events and logs: it quotes the value, never 16 KiB of it.
+    for head in (
+        doc(f"name: {'1' * 5000}\ndescription: d"),
+        doc(f"name: demo\ndescription: d\nallowed-tools: ({'read_file ' * 500})"),
+        doc(f"name: demo\ndescription: d\nallowed-tools: [{'a: ' * 500}]"),
+    ):
+        error = reject(head)
+        assert len(error.reason) < 300 and "..." in error.reason, error.reason

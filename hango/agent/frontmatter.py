@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from hango.agent.yaml_slice import Entries, Node, SliceError, read
+from hango.agent.yaml_slice import Entries, Node, SliceError, clip, read
 
 __all__ = ["DESCRIPTION_MAX", "HEAD_BYTES", "NAME_MAX", "Frontmatter", "FrontmatterError",
            "naming_rule_problem", "parse", "split_tools"]
@@ -118,7 +118,7 @@ def _string(node: Node, what: str, line: int) -> str:
         raise FrontmatterError(f"'{what}' must be a string, not a {kind}", line)
     if node[0] != "str":
         raise FrontmatterError(f"'{what}' has no value" if node[0] == "null" else
-                               f"'{what}': YAML reads {node[1]!r} as a {node[0]}, not a string; "
+                               f"'{what}': YAML reads {clip(node[1])!r} as a {node[0]}, not a string; "
                                "quote it", line)
     return node[1]
 
@@ -180,8 +180,8 @@ def _tools(entries: Entries) -> tuple[str, ...] | None:
         if not tool.strip():
             raise FrontmatterError(f"'{key}' has an empty item", line)
         if tool.startswith("("):  # "(read_file, ls)": a list written in parentheses
-            names = " ".join(re.findall(r"[^\s,()]+", tool))
-            raise FrontmatterError(f"'{key}': {tool!r} is not a tool name (parentheses follow a "
+            names = clip(" ".join(re.findall(r"[^\s,()]+", tool)))
+            raise FrontmatterError(f"'{key}': {clip(tool)!r} is not a tool name (parentheses follow a "
                                    "tool name, as in Bash(git:*)); to list tools, separate them "
                                    f"with spaces: {key}: {names}", line)
     return tools
@@ -192,7 +192,7 @@ def split_tools(text: str, line: int | None = None) -> tuple[str, ...]:
     Read, Grep"`` gives ``("Bash(git log:*)", "Read", "Grep")``. The Agent Skills spec writes a
     space-separated string; deepagents also splits on commas."""
     if re.search("[()]", _TOOL.sub("", text)):
-        raise FrontmatterError(f"unbalanced or nested parentheses in the tools {text!r}", line)
+        raise FrontmatterError("unbalanced or nested parentheses in the tools", line)
     return tuple(_TOOL.findall(text))
 
 

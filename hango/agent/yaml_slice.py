@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import TypeAlias
 
-__all__ = ["Entries", "Node", "Scalar", "SliceError", "read"]
+__all__ = ["Entries", "Node", "Scalar", "SliceError", "clip", "read"]
 
 
 class SliceError(ValueError):
@@ -53,6 +53,11 @@ _NO_START = {"{": "flow mappings ('{...}') are not supported", "&": "anchors ('&
              **{c: f"'{c}' cannot start a value; quote it" for c in "%@`?:,]}"},
              **dict.fromkeys("\u201c\u201d\u2018\u2019\u201e", "curly (smart) quotes do not quote a "
                              "value in YAML; use straight quotes \" or '")}
+
+
+def clip(text: str, limit: int = 60) -> str:
+    """``text`` cut short for a message: a reason quotes the value, never 16 KiB of it."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _kind(text: str) -> str:
@@ -258,8 +263,8 @@ class _Reader:
                 end = min(p for p in (text.find(",", i), text.find("]", i), len(text)) if p >= 0)
                 item, i = text[i:end].rstrip(" "), end
                 if not item or _FLOW_BAD.search(item):
-                    raise SliceError(f"flow list item {item!r} needs quotes" if item
-                                           else "empty item in flow list", line)
+                    raise SliceError(f"flow list item {clip(item)!r} needs quotes" if item
+                                     else "empty item in flow list", line)
                 items.append((_kind(item), item, line))
             i = _spaces(text, i)
             if text[i : i + 1] == ",":
@@ -283,8 +288,6 @@ class _Reader:
                 raise SliceError("list items must be scalars, not lists or mappings", line)
             items.append(node)
         return items
-
-
 
 
 def read(lines: list[str]) -> Entries:
