@@ -291,6 +291,18 @@ def cmd_files(args: argparse.Namespace, settings: Settings) -> int:
     for line in report.lines():
         print(line)
     return 0 if report.ok else 1
+# --- skills ------------------------------------------------------------------------------------
+
+
+def cmd_skills(args: argparse.Namespace, settings: Settings) -> int:
+    from hango.agent.skills_check import check_paths
+
+    verdicts = check_paths(args.paths, strict=args.strict)
+    for verdict in verdicts:
+        print(verdict)
+    bad = sum(verdict.problem is not None for verdict in verdicts)
+    _say(f"{len(verdicts)} checked: {len(verdicts) - bad} ok, {bad} with problems")
+    return 1 if bad else 0
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -361,6 +373,14 @@ def _parser() -> argparse.ArgumentParser:
         each.add_argument("--url", help="the files API (default http://HANGO_HOST:HANGO_PORT)")
         each.add_argument("--token", help="a bearer token (default: $HANGO_TOKEN)")
     files.set_defaults(func=cmd_files)
+    skills = sub.add_parser("skills", help="SKILL.md files on disk")
+    skills_sub = skills.add_subparsers(dest="action", required=True, metavar="ACTION")
+    skills_check = skills_sub.add_parser(
+        "check", help="validate SKILL.md files, or folders searched at any depth; exit 1 on problems")
+    skills_check.add_argument("paths", nargs="+", metavar="PATH")
+    skills_check.add_argument("--strict", action="store_true",
+                              help="count warnings (keys hango does not use) as problems too")
+    skills.set_defaults(func=cmd_skills)
     return parser
 
 
