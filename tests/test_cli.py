@@ -121,8 +121,9 @@ def test_db_status_and_url_on_the_running_server(db: Database) -> None:
     assert psql.returncode == 0 and psql.stdout.strip() == "hango_app", psql.stderr
 
 
-def test_db_start_stop_on_a_private_data_dir(tmp_path: Path) -> None:
+def test_db_start_stop_on_a_private_data_dir(server_dir: Path) -> None:
     """A server of its own (never the shared one): stopped, started, used, stopped."""
+    tmp_path = server_dir  # not under pytest's tmp root (see conftest.server_dir)
     env = {"HANGO_DATA_DIR": str(tmp_path / "data"), "HANGO_DATABASE_NAME": "hango_cli"}
     if os.environ.get("HANGO_DATABASE_URL"):
         pytest.skip("HANGO_DATABASE_URL is set: there is no embedded server to start")

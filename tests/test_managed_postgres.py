@@ -52,8 +52,8 @@ class Managed:
 
 
 @pytest.fixture(scope="module")
-def managed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Managed]:
-    data_dir = tmp_path_factory.mktemp("managed")
+def managed(server_dir: Path) -> Iterator[Managed]:
+    data_dir = server_dir
     server = EmbeddedServer.get(data_dir)  # a server of its own; the shared one is untouched
     try:
         where = Managed(data_dir, str(server.get_uri()))
