@@ -1,17 +1,24 @@
-"""Does adding memory and skills collapse the prompt-cache read ratio? A 20-turn scripted run.
+"""Does adding memory and skills collapse the prompt-cache read ratio? At which pace, under which rule?
 
-The same conversation, over the same files, through three stacks:
+The same 20-turn scripted conversation, over the same files, through three stacks:
 
 - ``default``: the DefaultStack (skills index before the breakpoint, memory after it);
 - ``wrong``: memory moved before ``prompt_cache``, so memory sits inside the cached prefix;
 - ``phase10``: the stack before memory and skills existed (``without("skills", "memory")``).
 
-The SimulatedModel prices every call by Anthropic's caching rules on an injected clock (30 s
-between turns); an owner edits memory every 5 turns (``PostgresBackend.write``). Each turn is a
-new ``agent.run(prompt, history=previous.messages)``, so before_run reloads memory every turn.
+An owner edits memory every 5 turns (``PostgresBackend.write``); each turn is a new
+``agent.run(prompt, history=previous.messages)``, so before_run reloads memory every turn. Each
+stack's conversation is recorded once per prefix TTL (``PromptCache(prefix_ttl="5m" | "1h")``),
+then *replayed* (``hango.models.simulated.replay``) on a fresh cache at each pace (seconds
+between turns, so memory edits seconds or minutes apart) under each reading of the provider's
+open refresh rule (``refresh="all"``: a read refreshes every entry a breakpoint finds;
+``"longest"``: only the entry it read). The requests do not depend on the clock, so the replay
+is exact.
+
 The seed's criterion: ``hango.cache.read_ratio`` has not collapsed compared with phase 10.
 
-Run: ``.venv/bin/python bench/cache_ratio.py [--turns 20] [--edit-every 5] [--quiet]``.
+Run: ``.venv/bin/python bench/cache_ratio.py [--turns 20] [--edit-every 5] [--paces 10,30,60,120,400]
+[--calls PACE,READING,TTL] [--quiet]``.
 """
 
 from __future__ import annotations
@@ -27,13 +34,17 @@ from hango.agent.stack import DefaultStack, Stack
 from hango.agents import AgentConfig, create_tenant, drop_tenant, save_agent
 from hango.db import Database
 from hango.fs.backend import PostgresBackend
-from hango.models.base import Message, Request, ToolCall
+from hango.models.base import Message, Request, Response, ToolCall
 from hango.models.simulated import (
+    READINGS,
+    TTL,
+    Refresh,
     Reply,
     SimulatedModel,
     cost,
     count_tokens,
     echo_policy,
+    replay,
     tool_call,
 )
 from hango.settings import load_settings
@@ -79,16 +90,6 @@ def policy(request: Request) -> Reply | list[ToolCall]:
     return echo_policy(request)
 
 
-class Clock:
-    """An injectable clock: the model reads it at each call, the script moves it."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @dataclass
 class Call:
     turn: int
@@ -107,32 +108,46 @@ STACKS: dict[str, Callable[[Agent], Stack]] = {
 }
 
 
+TTLS: tuple[TTL, ...] = ("5m", "1h")
+
+
 def slots(agent: Agent) -> DefaultStack:
     stack = default_stack(agent)
     assert isinstance(stack, DefaultStack)
     return stack
 
 
-def run_stack(db: Database, name: str, turns: int, edit_every: int, gap: float) -> list[Call]:
+Recorded = list[tuple[int, Request, Response]]  # (turn, request, response)
+
+
+def record(db: Database, name: str, turns: int, edit_every: int, prefix_ttl: TTL) -> Recorded:
+    """One conversation through stack ``name``; the clock never moves (replay sets the pace)."""
     backend = PostgresBackend(db, TENANT, AGENT)
     backend.write("/memories/AGENTS.md", memory(0))  # every stack starts from the same content
-    clock = Clock()
-    model = SimulatedModel(policy=policy, clock=clock)
-    agent = Agent(db, TENANT, AGENT, model, stack=STACKS[name])
+    model = SimulatedModel(policy=policy, clock=lambda: 0.0)
+    settings = load_settings(database_name="hango_bench", cache_prefix_ttl=prefix_ttl)
+    agent = Agent(db, TENANT, AGENT, model, stack=STACKS[name], settings=settings)
     history: list[Message] = []
-    calls: list[Call] = []
+    calls: Recorded = []
     for turn in range(turns):
         if turn and turn % edit_every == 0:
             backend.write("/memories/AGENTS.md", memory(turn // edit_every))  # an owner's edit
-        clock.now += gap
         result: RunResult = agent.run(prompt(turn), history=history)
         history = result.messages
-        for response in result.responses:
-            u = response.usage
-            reason = response.diagnostics.miss_reason if response.diagnostics else None
-            calls.append(Call(turn + 1, u.input_tokens, u.cache_creation_input_tokens,
-                              u.cache_read_input_tokens, u.read_ratio, reason or "-",
-                              cost(u, response.model or model.name)))
+        calls += [(turn, q, r) for q, r in zip(result.requests, result.responses, strict=True)]
+    return calls
+
+
+def price(recorded: Recorded, gap: float, reading: Refresh) -> list[Call]:
+    """Replay a recorded conversation with ``gap`` seconds between turns under ``reading``."""
+    responses = replay([(turn * gap, q, r) for turn, q, r in recorded], refresh=reading)
+    calls = []
+    for (turn, _, _), response in zip(recorded, responses, strict=True):
+        u = response.usage
+        reason = response.diagnostics.miss_reason if response.diagnostics else None
+        calls.append(Call(turn + 1, u.input_tokens, u.cache_creation_input_tokens,
+                          u.cache_read_input_tokens, u.read_ratio, reason or "-",
+                          cost(u, response.model)))
     return calls
 
 
@@ -144,13 +159,40 @@ def print_calls(name: str, calls: list[Call]) -> None:
               f"{c.cost:>9.5f}  {c.reason}")
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One stack at one pace, under one reading, with one prefix TTL."""
+
+    mean: float  # mean of the per-call ratio
+    weighted: float  # all reads / all input tokens
+    lowest: float  # the lowest per-call ratio after the first call
+    cost: float
+    ratios: tuple[float, ...]  # per call
+
+
+def cell(calls: list[Call]) -> Cell:
+    total = sum(c.input + c.write + c.read for c in calls)
+    return Cell(statistics.mean(c.ratio for c in calls), sum(c.read for c in calls) / total,
+                min(c.ratio for c in calls[1:]), sum(c.cost for c in calls),
+                tuple(c.ratio for c in calls))
+
+
+def collapses(default: Cell, phase10: Cell) -> int:
+    """Calls where phase 10 reads from the cache and the default stack reads nothing."""
+    return sum(d == 0 < p for d, p in zip(default.ratios, phase10.ratios, strict=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--edit-every", type=int, default=5)
-    parser.add_argument("--seconds-between", type=float, default=30.0)
-    parser.add_argument("--quiet", action="store_true", help="print only the summary")
+    parser.add_argument("--paces", default="10,30,60,120,400",
+                        help="seconds between turns, comma-separated")
+    parser.add_argument("--calls", metavar="PACE,READING,TTL",
+                        help="also print every call of one setting, e.g. 60,longest,5m")
+    parser.add_argument("--quiet", action="store_true", help="print only the grid and verdicts")
     args = parser.parse_args()
+    paces = [float(p) for p in args.paces.split(",")]
 
     db = Database(load_settings(database_name="hango_bench"))
     create_tenant(db, TENANT)
@@ -159,36 +201,65 @@ def main() -> None:
         backend = PostgresBackend(db, TENANT, AGENT)
         for i in range(N_SKILLS):
             backend.write(f"/skills/task-{i:02d}/SKILL.md", skill(i))
-        results = {name: run_stack(db, name, args.turns, args.edit_every, args.seconds_between)
-                   for name in STACKS}
+        recorded = {(name, ttl): record(db, name, args.turns, args.edit_every, ttl)
+                    for ttl in TTLS for name in STACKS}
     finally:
         drop_tenant(db, TENANT)
         db.close()
-    if not args.quiet:
-        for name, calls in results.items():
-            print_calls(name, calls)
-    summarize(results, args)
+    grid = {(gap, reading, ttl, name): cell(price(recorded[name, ttl], gap, reading))
+            for gap in paces for reading in READINGS for ttl in TTLS for name in STACKS}
+    if args.calls and not args.quiet:
+        gap_s, reading, ttl = args.calls.split(",")
+        for name in STACKS:
+            print_calls(f"{name} ({gap_s} s between turns, refresh={reading}, prefix {ttl})",
+                        price(recorded[name, ttl], float(gap_s), reading))  # type: ignore[arg-type]
+    summarize(grid, paces, args)
 
 
-def summarize(results: dict[str, list[Call]], args: argparse.Namespace) -> None:
-    print(f"\nsummary: {args.turns} turns, memory edited every {args.edit_every} turns, "
-          f"{args.seconds_between:g} s between turns; base prompt ~{count_tokens(BASE_PROMPT)} "
-          f"tokens, memory ~{count_tokens(memory(0))}, {N_SKILLS} skills")
-    print(f"{'stack':<8} {'calls':>5} {'mean ratio':>10} {'weighted':>9} {'tokens in':>10} "
-          f"{'cost $':>9} {'$/Mtok in':>9}")
-    summary = {}
-    for name, calls in results.items():
-        mean = statistics.mean(c.ratio for c in calls)
-        read = sum(c.read for c in calls)
-        total = sum(c.input + c.write + c.read for c in calls)
-        dollars = sum(c.cost for c in calls)
-        summary[name] = (mean, dollars)
-        print(f"{name:<8} {len(calls):>5} {mean:>10.3f} {read / total:>9.3f} {total:>10} "
-              f"{dollars:>9.4f} {dollars / total * 1e6:>9.3f}")
-    for a, b in (("default", "phase10"), ("wrong", "default")):
-        (ratio_a, cost_a), (ratio_b, cost_b) = summary[a], summary[b]
-        print(f"{a + ' / ' + b:<18} mean read ratio x{ratio_a / ratio_b:.3f}, "
-              f"cost x{cost_a / cost_b:.2f}")
+def summarize(grid: dict[tuple[float, Refresh, TTL, str], Cell], paces: list[float],
+              args: argparse.Namespace) -> None:
+    with open("/proc/loadavg") as f:  # the figures are deterministic; the load is for the record
+        load = f.read().split()[:3]
+    print(f"\n{args.turns} turns, memory edited every {args.edit_every} turns; base prompt "
+          f"~{count_tokens(BASE_PROMPT)} tokens, memory ~{count_tokens(memory(0))}, {N_SKILLS} "
+          f"skills; load {' '.join(load)}")
+    print("ratio = token-weighted read ratio (all reads / all input tokens); cost in $ for the "
+          "whole conversation (1h writes 2x, 5m writes 1.25x, reads 0.1x)")
+    print("lowest = the default stack's lowest per-call ratio after call 1 (0: a call that "
+          "read nothing)")
+    print(f"{'turns':>6} {'edits':>7} {'refresh':>8} {'prefix':>6} | {'default':>7} "
+          f"{'wrong':>7} {'phase10':>7} {'lowest':>6} | {'default $':>9} {'wrong $':>9} "
+          f"{'phase10 $':>9} | {'def/p10':>7} {'wrong/def $':>11}")
+    for gap in paces:
+        for reading in READINGS:
+            for ttl in TTLS:
+                d, w, p = (grid[gap, reading, ttl, n] for n in ("default", "wrong", "phase10"))
+                print(f"{gap:>4g} s {gap * args.edit_every:>5g} s {reading:>8} {ttl:>6} | "
+                      f"{d.weighted:>7.3f} {w.weighted:>7.3f} {p.weighted:>7.3f} {d.lowest:>6.3f} | "
+                      f"{d.cost:>9.4f} {w.cost:>9.4f} "
+                      f"{p.cost:>9.4f} | {d.weighted / p.weighted:>7.3f} {w.cost / d.cost:>11.3f}")
+    print("\nverdicts. The criterion holds when no call collapses: no call where phase 10 reads "
+          "from the cache and the default stack reads nothing.")
+    for gap in paces:
+        for ttl in TTLS:
+            verdict = {r: not collapses(grid[gap, r, ttl, "default"], grid[gap, r, ttl, "phase10"])
+                       for r in READINGS}
+            both = "holds under both readings" if all(verdict.values()) else (
+                "fails under both readings" if not any(verdict.values()) else
+                "holds only under " + " and ".join(r for r, ok in verdict.items() if ok))
+            if all(grid[gap, r, ttl, "phase10"].lowest == 0 for r in READINGS):
+                both += " (but phase 10 too reads nothing on some calls)"
+            gain = {r: grid[gap, r, ttl, "wrong"].cost / grid[gap, r, ttl, "default"].cost
+                    for r in READINGS}
+            print(f"  edits {gap * args.edit_every:>4g} s apart, prefix {ttl}: criterion {both}; "
+                  f"wrong order costs x{gain['all']:.2f} (all) / x{gain['longest']:.2f} "
+                  "(longest) the default")
+        one, five = (grid[gap, "longest", t, "default"].cost for t in ("1h", "5m"))
+        print(f"  edits {gap * args.edit_every:>4g} s apart: 1h prefix costs x{one / five:.3f} "
+              "the 5m prefix (refresh=longest); x"
+              f"{grid[gap, 'all', '1h', 'default'].cost / grid[gap, 'all', '5m', 'default'].cost:.3f}"
+              " (refresh=all)")
+
 
 if __name__ == "__main__":
     main()

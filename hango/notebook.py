@@ -15,7 +15,7 @@ from typing import Any
 from hango.agent.runtime import Agent, RunResult
 from hango.agents import AgentConfig, create_tenant, create_token, drop_tenant, save_agent
 from hango.api.app import create_app, serve_in_thread
-from hango.api.client import FilesClient
+from hango.api.client import ApiError, FilesClient
 from hango.db import Database, get_database
 from hango.fs.backend import PostgresBackend
 from hango.models.base import Model, Request, Response
@@ -82,6 +82,35 @@ def show_warnings(result: RunResult) -> None:
         print(f"  - {event.name}: {attrs}")
 
 
+class TenantTaken(RuntimeError):
+    """Another kernel (a copy of this notebook, or the same one opened twice) restarted this
+    notebook's tenant: its tokens, agents and files are gone or are the other kernel's now."""
+
+
+class CourseClient(FilesClient):
+    """A :class:`FilesClient` that, on ``401``, checks whether another kernel took the tenant and
+    says so instead of a bare "unknown bearer token"."""
+
+    def __init__(self, course_check: Callable[[], None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._course_check = course_check
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> Any:
+        try:
+            return super()._send(method, url, **kwargs)
+        except ApiError as exc:
+            if exc.status == 401:
+                self._course_check()
+            raise
+
+
+def _generation(db: Database, tenant: str) -> object:
+    """The tenant's creation time: a new value means someone dropped and recreated it."""
+    with db.tenant(tenant) as conn:
+        row = conn.execute("SELECT created_at FROM tenants WHERE tenant_id = %s", [tenant]).fetchone()
+    return None if row is None else row[0]
+
+
 @dataclass
 class Course:
     """One notebook's sandbox: a fresh tenant and agent, tokens, the files API over HTTP.
@@ -94,23 +123,33 @@ class Course:
     tenant: str
     agent_id: str
     base_url: str
-    owner: FilesClient
-    member: FilesClient
     telemetry: Configured
     _stop: Callable[[], None]
     _runs: count[int] = field(default_factory=lambda: count(1))
+    _generation: object = None
+    owner: FilesClient = field(init=False)
+    member: FilesClient = field(init=False)
+
+    def check_tenant(self) -> None:
+        """Raise :class:`TenantTaken` if another kernel restarted this notebook's tenant."""
+        if _generation(self.db, self.tenant) != self._generation:
+            raise TenantTaken(
+                f"another notebook restarted tenant {self.tenant!r} after this one did (a copy of "
+                "this notebook, or the same notebook open twice). Close the other one, then run "
+                "this notebook again from its first cell.")
 
     def backend(self, agent_id: str | None = None) -> PostgresBackend:
         return PostgresBackend(self.db, self.tenant, agent_id or self.agent_id)
 
     def agent(self, model: Model, agent_id: str | None = None, **kwargs: Any) -> Agent:
         """An :class:`Agent` with deterministic run ids (``run-1``, ``run-2``, …)."""
+        self.check_tenant()
         kwargs.setdefault("telemetry", self.telemetry.telemetry)
         kwargs.setdefault("run_ids", lambda: f"run-{next(self._runs)}")
         return Agent(self.db, self.tenant, agent_id or self.agent_id, model, **kwargs)
 
     def client(self, token: str, agent_id: str | None = None) -> FilesClient:
-        return FilesClient(self.base_url, token, agent_id or self.agent_id)
+        return CourseClient(self.check_tenant, self.base_url, token, agent_id or self.agent_id)
 
     def close(self) -> None:
         self.owner.close()
@@ -127,6 +166,97 @@ def start(tenant: str, agent_id: str = "assistant", config: AgentConfig | None =
     create_tenant(db, tenant)
     save_agent(db, tenant, agent_id, config or AgentConfig())
     base_url, stop = serve_in_thread(create_app(db))
-    owner = FilesClient(base_url, create_token(db, tenant, "owner", "notebook"), agent_id)
-    member = FilesClient(base_url, create_token(db, tenant, "member", "notebook"), agent_id)
-    return Course(db, tenant, agent_id, base_url, owner, member, configure("memory"), stop)
+    course = Course(db, tenant, agent_id, base_url, configure("memory"), stop,
+                    _generation=_generation(db, tenant))
+    course.owner = course.client(create_token(db, tenant, "owner", "notebook"))
+    course.member = course.client(create_token(db, tenant, "member", "notebook"))
+    return course
+
+
+def draw_request(request: Request, title: str = "") -> Any:
+    """The request as the provider reads it, left to right, widths in tokens: the tools, each
+    system block, the messages; the cache breakpoint as a line. Everything left of the line is
+    the cached prefix; what is right of it may change without invalidating it."""
+    import matplotlib.pyplot as plt
+
+    segments: list[tuple[str, int]] = []
+    for p in positions(request):
+        if p.tier == "system":
+            label = request.system[int(p.label.split("[")[1].split("]")[0])].source
+        else:
+            label = p.tier
+        if segments and p.tier != "system" and segments[-1][0] == label:
+            segments[-1] = (label, segments[-1][1] + p.tokens)
+        else:
+            segments.append((label, p.tokens))
+    cut = request.system_breakpoint
+    cut_after = None if cut is None else 1 + cut + (1 if request.tools else 0)
+    total = sum(tokens for _, tokens in segments)
+    fig, ax = plt.subplots(figsize=(9, 2.6))
+    left, outside = 0, 0
+    for i, (label, tokens) in enumerate(segments):
+        cached = cut_after is not None and i < cut_after
+        ax.barh(0, tokens, left=left, color="#4c78a8" if cached else "#f58518",
+                edgecolor="white", height=0.5)
+        text = f"{label}\n{tokens} tok"
+        if tokens >= 0.12 * total:
+            ax.text(left + tokens / 2, 0, text, ha="center", va="center", fontsize=8, color="white")
+        else:  # too narrow to hold its label: write it above or below, with a leader line
+            y = (0.55 + 0.38 * (outside // 2)) * (1 if outside % 2 == 0 else -1)
+            ax.annotate(text, (left + tokens / 2, 0.25 if y > 0 else -0.25), (left + tokens / 2, y),
+                        ha="center", va="center", fontsize=8,
+                        arrowprops={"arrowstyle": "-", "color": "grey"})
+            outside += 1
+        left += tokens
+        if cut_after is not None and i == cut_after - 1:
+            ax.axvline(left, color="black", linestyle="--", linewidth=1.5)
+            ax.text(left, -1.35, "cache breakpoint ", fontsize=8, ha="right", va="bottom")
+    ax.set_ylim(-1.4, 1.4)
+    ax.set_xlim(0, left)
+    ax.set_yticks([])
+    ax.set_xlabel("tokens, in the order the provider reads them (blue: cached prefix)")
+    ax.set_title(title or "The request, left to right", fontsize=10)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    plt.close(fig)  # shown once, as the cell's value, not again by the inline backend
+    return fig
+
+
+def draw_span_tree(spans: Sequence[Any], title: str = "") -> Any:
+    """A run's spans as a tree of boxes: each row one span, indented under its parent, in the
+    order they started. Drawn from structure, not timing, so the picture is the same every run."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    by_id = {s.context.span_id: s for s in spans}
+    children: dict[int | None, list[Any]] = {}
+    for s in sorted(spans, key=lambda s: s.start_time or 0):
+        parent = s.parent.span_id if s.parent is not None and s.parent.span_id in by_id else None
+        children.setdefault(parent, []).append(s)
+    rows: list[tuple[int, Any]] = []
+
+    def walk(parent: int | None, depth: int) -> None:
+        for span in children.get(parent, []):
+            rows.append((depth, span))
+            walk(span.context.span_id, depth + 1)
+
+    walk(None, 0)
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 0.6))
+    palette = {"agent.run": "#4c78a8", "agent.before_run": "#72b7b2", "chat": "#f58518",
+               "execute_tool": "#54a24b"}
+    for row, (depth, span) in enumerate(rows):
+        colour = next((c for prefix, c in palette.items() if span.name.startswith(prefix)), "#b279a2")
+        ax.add_patch(Rectangle((depth * 0.6, -row - 0.4), 6.0 - depth * 0.6, 0.8,
+                                   color=colour, alpha=0.85))
+        events = len(span.events)
+        ax.text(depth * 0.6 + 0.1, -row, span.name + (f"   ({events} event{'s' * (events != 1)})"
+                                                    if events else ""),
+                va="center", fontsize=8, color="white")
+    ax.set_xlim(0, 6.2)
+    ax.set_ylim(-len(rows) + 0.4, 0.6)
+    ax.axis("off")
+    ax.set_title(title or "The spans of one run (indented under their parent)", fontsize=10)
+    fig.tight_layout()
+    plt.close(fig)  # shown once, as the cell's value, not again by the inline backend
+    return fig

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -49,6 +49,11 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=1, le=65535)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1)
+    cache_prefix_ttl: Literal["5m", "1h"] = Field(
+        default="1h",
+        description="TTL of the cached stable prefix (tools, base prompt, skills index); "
+        "see hango/agent/promptcache.py and bench/cache_ratio.py.",
+    )
 
     @field_validator("memory_default_sources", "skills_default_sources", mode="before")
     @classmethod

@@ -26,7 +26,9 @@ def refresh(path: Path) -> None:
 
 def main() -> int:
     os.environ.setdefault("IPYKERNEL_CELL_NAME", "<IPY-INPUT>")
-    paths = [Path(p) for p in sys.argv[1:]] or sorted(Path(__file__).parent.glob("[0-9]*.ipynb"))
+    here = Path(__file__).parent
+    paths = [Path(p) for p in sys.argv[1:]] or [
+        *sorted(here.glob("[0-9]*.ipynb")), *sorted(here.glob("solutions/[0-9]*.ipynb"))]
     for path in paths:
         print("executing", path)
         refresh(path)

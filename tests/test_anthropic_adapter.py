@@ -15,12 +15,18 @@ from typing import Any
 
 import anthropic
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from hango.agent.runtime import Agent
+from hango.agents import AgentConfig, save_agent
+from hango.db import Database
 from hango.models.anthropic import AnthropicModel
 from hango.models.base import (
     Block,
     Breakpoint,
     CacheDiagnostics,
+    InvalidRequest,
     Message,
     Request,
     Response,
@@ -28,8 +34,16 @@ from hango.models.base import (
     ToolResult,
     ToolSpec,
     Usage,
+    wire_request,
 )
-from hango.models.simulated import breakpoint_positions, positions
+from hango.models.simulated import (
+    BLOCK_OVERHEAD,
+    MESSAGE_OVERHEAD,
+    SimulatedModel,
+    breakpoint_positions,
+    count_tokens,
+    positions,
+)
 
 
 @dataclass
@@ -202,7 +216,7 @@ def test_cache_control_lands_on_the_position_the_simulator_marks(stub: Stub) -> 
             marked += [count - 1] if "cache_control" in blk else []
     sim = positions(FULL)
     assert count == len(sim) == 10
-    assert marked == [at for at, _ in breakpoint_positions(FULL, sim)] == [1, 3, 7, 9]
+    assert marked == [at for at, _ in breakpoint_positions(FULL)] == [1, 3, 7, 9]
 
 
 def test_usage_text_and_tool_calls_map_back(stub: Stub) -> None:
@@ -294,3 +308,159 @@ def test_the_providers_400_reaches_the_caller(stub: Stub) -> None:
     stub.replies.append((400, {"type": "error", "error": {"type": "invalid_request_error", "message": text}}))
     with pytest.raises(anthropic.BadRequestError, match="A maximum of 4 blocks"):
         model_for(stub).complete(FULL)
+
+
+
+# --- the simulator prices exactly what the adapter sends (issue 12, point 1) ---
+
+
+def recount(body: dict[str, Any]) -> tuple[int, list[tuple[int, str]]]:
+    """Tokens and ``(position, ttl)`` markers of a *received* body, by the simulator's documented
+    formula, written again here from the wire: so neither side can drift unseen."""
+    total, marks, count = 0, [], 0
+
+    def ttl(block: dict[str, Any]) -> str:
+        return block["cache_control"].get("ttl", "5m")
+
+    for tool in body.get("tools", []):
+        spec = {k: v for k, v in tool.items() if k != "cache_control"}
+        total += count_tokens(json.dumps(spec, sort_keys=True, ensure_ascii=False,
+                                         separators=(",", ":"))) + BLOCK_OVERHEAD
+        count += 1
+        marks += [(count - 1, ttl(tool))] if "cache_control" in tool else []
+    for blk in body.get("system", []):
+        total += count_tokens(blk["text"]) + BLOCK_OVERHEAD
+        count += 1
+        marks += [(count - 1, ttl(blk))] if "cache_control" in blk else []
+    for msg in body["messages"]:
+        total += MESSAGE_OVERHEAD
+        previous = None
+        for blk in msg["content"]:
+            kind = blk["type"]
+            if kind == "tool_use":
+                text = json.dumps({"name": blk["name"], "input": blk["input"]}, sort_keys=True,
+                                  ensure_ascii=False, separators=(",", ":"))
+            else:
+                text = blk["content"] if kind == "tool_result" else blk["text"]
+            total += count_tokens(text) + BLOCK_OVERHEAD
+            if kind != previous or kind == "text":
+                count += 1
+            previous = kind
+            marks += [(count - 1, ttl(blk))] if "cache_control" in blk else []
+    return total, marks
+
+
+texts = st.sampled_from(["", "  ", "hello", "x" * 90, "é" * 7])
+tool_specs = st.builds(ToolSpec, st.sampled_from(["ls", "read_file", "glob"]), texts,
+                       st.sampled_from([{}, SCHEMA]))
+calls = st.lists(st.builds(ToolCall, st.sampled_from(["t1", "t2"]), st.sampled_from(["ls", "f"]),
+                           st.sampled_from([{}, {"path": "a"}])), max_size=2)
+results = st.lists(st.builds(ToolResult, st.sampled_from(["t1", "t2"]), texts, st.booleans()),
+                   max_size=2)
+messages = st.lists(st.one_of(
+    st.builds(Message, st.just("user"), texts, tool_results=results.map(tuple)),
+    st.builds(Message, st.just("assistant"), texts, tool_calls=calls.map(tuple))),
+    min_size=1, max_size=4)
+breakpoints = st.lists(st.builds(Breakpoint, st.sampled_from(["tools", "system", "messages"]),
+                                 st.integers(-2, 3), st.sampled_from(["5m", "1h"])), max_size=5)
+requests = st.builds(Request, st.just("claude-sonnet-4-6"), st.lists(tool_specs, max_size=3).map(tuple),
+                     st.lists(st.builds(Block, texts), max_size=3).map(tuple),
+                     messages.map(tuple), breakpoints.map(tuple))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(req=requests)
+def test_every_request_is_sent_as_priced_or_refused_by_both_alike(stub: Stub, req: Request) -> None:
+    """Each random request goes through the adapter (to the stub) and through the simulator."""
+    stub.received.clear()
+    sim = SimulatedModel("claude-sonnet-4-6", min_cacheable=1)
+    try:
+        model_for(stub).complete(req)
+    except InvalidRequest as sent_error:
+        with pytest.raises(InvalidRequest) as priced_error:
+            sim.complete(req)
+        assert str(priced_error.value) == str(sent_error)
+        assert stub.received == []  # refused before anything went on the wire
+        return
+    [sent] = stub.received
+    body = sent["body"]
+    assert body == wire_request(req)
+    response = sim.complete(req)
+    tokens, marks = recount(body)
+    assert response.usage.total_input_tokens == tokens
+    assert list(zip(sim.traces[-1].breakpoints, [t for _, t in marks], strict=True)) == marks
+    # what the provider refuses never goes out: empty text, two markers a block, 1h after 5m
+    blocks = [*body.get("tools", []), *body.get("system", []),
+              *(c for m in body["messages"] for c in m["content"])]
+    assert all(b["text"].strip() for b in blocks if b.get("type") == "text")
+    ttls = [b["cache_control"].get("ttl", "5m") for b in blocks if "cache_control" in b]
+    assert len(ttls) <= 4 and ttls == sorted(ttls)  # "1h" < "5m": every 1h before every 5m
+    assert all(t["input_schema"] for t in body.get("tools", []))
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    (Breakpoint("messages", -1), r"breakpoint messages\[-1\] is outside the request"),
+    (Breakpoint("system", 3), r"breakpoint system\[3\] is outside the request"),
+    (Breakpoint("messages", 2, "1h"),
+     r"^messages\.2\.content\.2\.cache_control\.ttl: a ttl='1h' cache_control block must not "
+     r"come after a ttl='5m' cache_control block"),
+])
+def test_both_models_refuse_the_same_requests_with_the_same_words(
+        stub: Stub, bad: Breakpoint, message: str) -> None:
+    req = Request("claude-sonnet-4-6", FULL.tools, FULL.system, FULL.messages,
+                  (Breakpoint("messages", 1), bad))
+    for model in (model_for(stub), SimulatedModel("claude-sonnet-4-6")):
+        with pytest.raises(InvalidRequest, match=message):
+            model.complete(req)
+    assert stub.received == []
+
+
+def test_a_tool_without_parameters_is_one_schema_on_the_wire_and_in_the_price(stub: Stub) -> None:
+    """``{}`` and the explicit empty object schema are the same bytes sent, so the same entry."""
+    sim = SimulatedModel("claude-sonnet-4-6", min_cacheable=1)
+    for params in ({}, {"type": "object", "properties": {}}):
+        req = Request("claude-sonnet-4-6", (ToolSpec("ls", "List.", params),), (),
+                      (Message("user", "hi"),), (Breakpoint("tools", 0),))
+        model_for(stub).complete(req)
+        sim.complete(req)
+    first, second = (r["body"]["tools"] for r in stub.received)
+    assert first == second
+    assert sim.calls[1][1].usage.cache_read_input_tokens > 0
+
+
+# --- never an empty text block (issue 10, point 8) ---
+
+
+def test_blank_system_blocks_are_left_out_and_their_marker_moves_back(stub: Stub) -> None:
+    req = Request("claude-sonnet-4-6", (ToolSpec("ls", "List."),),
+                  (Block(""), Block("Skills."), Block("  ")), (Message("user", "hi"),),
+                  (Breakpoint("system", 2), Breakpoint("messages", 0)))
+    model_for(stub).complete(req)
+    body = stub.received[0]["body"]
+    assert body["system"] == [{"type": "text", "text": "Skills.", "cache_control": EPHEMERAL}]
+    only_blank = Request("claude-sonnet-4-6", (ToolSpec("ls", "List."),), (Block(""),),
+                         (Message("user", "hi"),), (Breakpoint("system", 0, "1h"),))
+    model_for(stub).complete(only_blank)
+    body = stub.received[1]["body"]
+    assert "system" not in body  # nothing to send, and the marker went to the last tool
+    assert body["tools"][0]["cache_control"] == ONE_HOUR
+
+
+def test_an_agent_with_an_empty_system_prompt_sends_no_empty_text_block(
+        stub: Stub, db: Database, tenant: str) -> None:
+    """The whole stack, against the stub: an empty base prompt, and then ``run("")``."""
+    save_agent(db, tenant, "a1", AgentConfig(system_prompt=""))
+    agent = Agent(db, tenant, "a1", model_for(stub))
+    agent.run("hi")
+    body = stub.received[-1]["body"]
+    sent = [*body.get("system", []), *(c for m in body["messages"] for c in m["content"])]
+    assert all(b["text"].strip() for b in sent if b["type"] == "text")
+    assert [b for b in body.get("system", []) if not b["text"].strip()] == []
+    marked = [b for b in [*body.get("tools", []), *sent] if "cache_control" in b]
+    assert marked and all(b.get("text", "x").strip() for b in marked)
+    before = len(stub.received)
+    with pytest.raises(InvalidRequest, match=r"messages\[0\] \(user\) is empty"):
+        agent.run("")
+    with pytest.raises(InvalidRequest, match=r"messages\[0\] \(user\) is empty"):
+        Agent(db, tenant, "a1", SimulatedModel()).run("   ")
+    assert len(stub.received) == before  # refused before the wire

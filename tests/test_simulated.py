@@ -17,6 +17,7 @@ from hango.models.base import (
     Block,
     Breakpoint,
     CacheDiagnostics,
+    InvalidRequest,
     Message,
     Request,
     ToolCall,
@@ -34,6 +35,7 @@ from hango.models.simulated import (
     count_tokens,
     min_cacheable_tokens,
     positions,
+    replay,
     tool_call,
 )
 
@@ -93,9 +95,10 @@ def test_count_tokens_is_utf8_bytes_over_four_rounded_up() -> None:
 
 
 def test_position_tokens_follow_the_documented_formula() -> None:
-    # tool: '{"description":"Read a file.","input_schema":{},"name":"read"}' = 62 chars -> 16 + 3
+    # tool, as sent: '{"description":"Read a file.","input_schema":{"properties":{},
+    # "type":"object"},"name":"read"}' = 94 chars -> 24 + 3
     req = request(1, tools=(ToolSpec("read", "Read a file."),))
-    assert [p.tokens for p in positions(req)] == [19, SYS, HI]
+    assert [p.tokens for p in positions(req)] == [27, SYS, HI]
     assert [p.tier for p in positions(req)] == ["tools", "system", "messages"]
 
 
@@ -250,18 +253,36 @@ def test_the_minimum_is_on_the_cumulative_prefix_and_inclusive(minimum: int, wri
     assert model.complete(request(3, (2,))).usage.cache_read_input_tokens == written
 
 
+NOTES_MINIMUMS = {  # notes/prompt-caching.md §1.5, the newest doc's list
+    512: ["claude-fable-5-1", "claude-mythos-5-1", "claude-opus-5", "claude-fable-5", "claude-mythos-5"],
+    1024: ["claude-opus-4-8", "claude-sonnet-5", "claude-sonnet-4-6", "claude-sonnet-4-5",
+           "claude-opus-4-1", "claude-opus-4", "claude-sonnet-4"],
+    2048: ["claude-mythos-preview", "claude-opus-4-7", "claude-3-5-haiku"],
+    4096: ["claude-opus-4-6", "claude-opus-4-5", "claude-haiku-4-5"],
+}
+
+
 def test_minimums_come_from_the_data_table() -> None:
+    table = {name: row.tokens for name, row in MIN_CACHEABLE.items() if name != "hango-sim-1"}
+    assert table == {name: tokens for tokens, names in NOTES_MINIMUMS.items() for name in names}
     assert min_cacheable_tokens("hango-sim-1") == 1024
-    assert min_cacheable_tokens("claude-haiku-4-5") == 4096
     assert min_cacheable_tokens("claude-haiku-4-5-20251001") == 4096  # dated id: prefix match
     assert min_cacheable_tokens("claude-opus-4-5-20251101") == 4096  # longest prefix wins
     assert min_cacheable_tokens("claude-opus-4-20250514") == 1024
-    assert min_cacheable_tokens("some-new-model") == 1024
+    assert min_cacheable_tokens("claude-fable-5-1-20261001") == 512
     assert all(row.source and row.checked for row in MIN_CACHEABLE.values())
     assert all(row.source and row.checked for row in PRICES.values())
     haiku = SimulatedModel("claude-haiku-4-5", clock=Clock())
     r = haiku.complete(request(10, (9,), model="claude-haiku-4-5"))
     assert usage3(r.usage) == (0, 0, 1030 + HI)  # 1030 < 4096
+
+
+def test_an_unknown_model_gets_the_strictest_minimum_and_a_warning_naming_it() -> None:
+    with pytest.warns(UserWarning, match="'some-new-model'.*4096"):
+        assert min_cacheable_tokens("some-new-model") == 4096
+    with pytest.warns(UserWarning, match="'claude-sonnet-9'"):
+        r = SimulatedModel("claude-sonnet-9", clock=Clock()).complete(request(10, (9,), model=""))
+    assert r.diagnostics == CacheDiagnostics("below_minimum")  # 1030 < 4096
 
 
 # --- lifetime ---
@@ -323,8 +344,74 @@ def test_a_one_hour_breakpoint_below_the_minimum_writes_nothing_at_one_hour() ->
 
 def test_a_one_hour_breakpoint_after_a_five_minute_one_is_rejected() -> None:
     bad = request(10, extra=(Breakpoint("system", 4), Breakpoint("system", 9, ttl="1h")))
-    with pytest.raises(ValueError, match="1h"):
+    with pytest.raises(InvalidRequest) as err:  # the provider's 400, word for word
         SimulatedModel(clock=Clock()).complete(bad)
+    assert str(err.value) == (
+        "system.9.cache_control.ttl: a ttl='1h' cache_control block must not come after a "
+        "ttl='5m' cache_control block. Note that blocks are processed in the following order: "
+        "`tools`, `system`, `messages`.")
+
+
+# --- the open refresh rule: a switch, and replay at another pace ---
+
+
+def conversation(turns: int, *, first: str = "hi") -> Request:
+    """Ten system blocks (system breakpoint on the last) and a conversation breakpoint."""
+    msgs = [Message("user", first)]
+    for t in range(1, turns):
+        msgs += [Message("assistant", f"answer {t}"), Message("user", f"question {t}")]
+    return request(10, (9,), messages=tuple(msgs), extra=(Breakpoint("messages", len(msgs) - 1),))
+
+
+@pytest.mark.parametrize(("refresh", "read"), [("all", 1030), ("longest", 0)])
+def test_the_refresh_rule_decides_whether_the_prefix_outlives_a_conversation(
+        refresh: str, read: int) -> None:
+    """Call 2 reads from the conversation entry. Does that refresh the prefix entry too?
+
+    ``all``: yes, so at t=400 (a changed conversation) the prefix is still read. ``longest``:
+    no, the prefix entry was written at t=0 and expired at t=300."""
+    clock = Clock()
+    model = SimulatedModel(clock=clock, refresh=refresh)  # type: ignore[arg-type]
+    model.complete(conversation(1))
+    clock.now = 200
+    assert model.complete(conversation(2)).usage.cache_read_input_tokens > 1030
+    clock.now = 400
+    r = model.complete(conversation(2, first="edited"))  # the history changed: conv entry misses
+    assert r.usage.cache_read_input_tokens == read
+
+
+def test_a_one_hour_prefix_survives_under_either_reading() -> None:
+    for refresh in ("all", "longest"):
+        clock = Clock()
+        model = SimulatedModel(clock=clock, refresh=refresh)  # type: ignore[arg-type]
+        hour = dataclasses.replace(conversation(1), breakpoints=(
+            Breakpoint("system", 9, "1h"), Breakpoint("messages", 0)))
+        model.complete(hour)
+        clock.now = 1800
+        edited = dataclasses.replace(hour, messages=(Message("user", "edited"),))
+        assert model.complete(edited).usage.cache_read_input_tokens == 1030
+
+
+def test_the_refresh_switch_is_checked() -> None:
+    with pytest.raises(ValueError, match="refresh must be 'all' or 'longest', not 'some'"):
+        SimulatedModel(refresh="some")  # type: ignore[arg-type]
+    assert SimulatedModel().refresh == "longest"  # the documented default
+
+
+def test_replay_prices_recorded_calls_at_a_new_pace() -> None:
+    clock = Clock()
+    model = SimulatedModel(clock=clock)
+    recorded = []
+    for t, req in enumerate([conversation(1), conversation(2), conversation(2, first="e")]):
+        clock.now = 200.0 * t
+        recorded.append((clock.now, req, model.complete(req)))
+    same = replay(recorded)
+    assert [r.usage for r in same] == [r.usage for _, _, r in recorded]
+    assert [r.text for r in same] == [r.text for _, _, r in recorded]
+    fast = replay([(10.0 * t, req, r) for t, (_, req, r) in enumerate(recorded)])
+    assert fast[2].usage.cache_read_input_tokens == 1030 > same[2].usage.cache_read_input_tokens
+    with pytest.raises(ValueError, match="backwards"):
+        replay(list(reversed(recorded)))
 
 
 # --- usage and limits ---
@@ -380,7 +467,7 @@ def test_multi_turn_conversation_reads_the_history_and_writes_the_new_turns() ->
 def test_caches_are_scoped_to_the_model() -> None:
     store = CacheStore()
     sim1 = SimulatedModel("hango-sim-1", clock=Clock(), store=store)
-    sim2 = SimulatedModel("hango-sim-2", clock=Clock(), store=store)
+    sim2 = SimulatedModel("hango-sim-2", clock=Clock(), store=store, min_cacheable=1024)
     assert sim1.complete(request(10, (9,), model="hango-sim-1")).usage.cache_read_input_tokens == 0
     assert sim2.complete(request(10, (9,), model="hango-sim-2")).usage.cache_read_input_tokens == 0
     again = SimulatedModel("hango-sim-1", clock=Clock(), store=store)  # same name, same store

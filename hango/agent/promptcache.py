@@ -1,4 +1,4 @@
-"""PromptCache: where the cache breakpoints go.
+"""PromptCache: where the cache breakpoints go, and how long the stable prefix lives.
 
 Its position in the stack *is* its behaviour: the stack marks the system breakpoint on the last
 block contributed by the middlewares before it (see ``Stack.build_request``). Everything before
@@ -8,16 +8,44 @@ the breakpoint (tools, the base prompt, the skills index) is one cached prefix; 
 Around each model call it also adds a *conversation* breakpoint on the last message, so the
 growing history of a multi-turn run is read from the cache instead of paid again. That makes two
 of the provider's four breakpoints; the rest stay free for callers.
+
+**The prefix TTL** (``prefix_ttl``, setting ``HANGO_CACHE_PREFIX_TTL``, default ``"1h"``). The
+prefix entry must survive until the next memory edit, and memory edits are usually minutes apart.
+A 5-minute entry survives that only if something refreshes it in between, and whether an
+ordinary call (whose read comes from the longer conversation entry) refreshes it is a rule the
+provider's docs leave open. A 1-hour entry survives either way. It costs 2x the base input price
+to write instead of 1.25x, once per prefix write: ``bench/cache_ratio.py`` shows the trade.
+
+**Whatever the caller marked**, the request that leaves here is one the provider accepts: one
+marker per block (the longer TTL wins), and no 1-hour marker after a 5-minute one (a 5-minute
+marker before a 1-hour one is lifted to 1 hour; by the provider's billing rule everything up to
+the last 1-hour breakpoint is written at the 1-hour rate anyway, so the lift costs nothing).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal
 
 from hango.agent.hooks import ModelCall, RunContext
-from hango.models.base import Breakpoint, Request, Response
+from hango.models.base import Breakpoint, Request, Response, Tier
 
 MAX_BREAKPOINTS = 4  # the provider's limit: "A maximum of 4 blocks with cache_control"
+TTLS = ("5m", "1h")
+_TIER_ORDER: dict[Tier, int] = {"tools": 0, "system": 1, "messages": 2}
+
+
+def normalize(breakpoints: tuple[Breakpoint, ...] | list[Breakpoint]) -> tuple[Breakpoint, ...]:
+    """One breakpoint per block (the longer TTL wins), in ``tools → system → messages`` order,
+    with every breakpoint before a 1-hour one lifted to 1 hour."""
+    by_block: dict[tuple[Tier, int], Breakpoint] = {}
+    for bp in breakpoints:
+        key = (bp.tier, bp.index)
+        if key not in by_block or bp.ttl == "1h":
+            by_block[key] = bp
+    ordered = sorted(by_block.values(), key=lambda b: (_TIER_ORDER[b.tier], b.index))
+    last_hour = max((i for i, b in enumerate(ordered) if b.ttl == "1h"), default=-1)
+    return tuple(replace(b, ttl="1h") if i < last_hour else b for i, b in enumerate(ordered))
 
 
 class PromptCache:
@@ -26,13 +54,19 @@ class PromptCache:
     name = "prompt_cache"
     marks_breakpoint = True
 
-    def __init__(self, conversation: bool = True) -> None:
+    def __init__(self, conversation: bool = True, prefix_ttl: Literal["5m", "1h"] = "1h") -> None:
+        if prefix_ttl not in TTLS:
+            raise ValueError(f"prefix_ttl must be '5m' or '1h', not {prefix_ttl!r}")
         self.conversation = conversation
+        self.prefix_ttl = prefix_ttl
 
     def wrap_model_call(self, ctx: RunContext, request: Request, call_next: ModelCall) -> Response:
         marks = list(request.breakpoints)
+        prefix = request.system_breakpoint  # the stable prefix: the last system breakpoint
+        if prefix is not None and self.prefix_ttl == "1h":
+            marks.append(Breakpoint("system", prefix, "1h"))  # merged with it by normalize()
         if self.conversation and request.messages:
             last = Breakpoint("messages", len(request.messages) - 1)
-            if last not in marks and len(marks) < MAX_BREAKPOINTS:
+            if len(normalize([*marks, last])) <= MAX_BREAKPOINTS:
                 marks.append(last)
-        return call_next(replace(request, breakpoints=tuple(marks)))
+        return call_next(replace(request, breakpoints=normalize(marks)))

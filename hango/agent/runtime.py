@@ -192,7 +192,7 @@ def default_stack(agent: Agent) -> Stack:
         skills=SkillsMiddleware(max_skills=agent.settings.skills_max, settings=agent.settings),
         filesystem=FilesystemMiddleware(),
         subagents=SubagentMiddleware(agent),
-        prompt_cache=PromptCache(),
+        prompt_cache=PromptCache(prefix_ttl=agent.settings.cache_prefix_ttl),
         memory=MemoryMiddleware(max_bytes=agent.settings.memory_max_bytes,
                                 settings=agent.settings),
     )

@@ -3,13 +3,17 @@
 The optional extra (``pip install hango[anthropic]``); nothing else imports this module. It is a
 thin translation, so that a notebook can swap the simulator for the real API and compare usage:
 
-- ``ToolSpec`` → ``tools=[{name, description, input_schema}]``; ``Block`` → ``system=[{type:
-  "text", text}]`` (the array form: an explicit ``cache_control`` needs it); ``Message`` →
-  ``messages`` with ``tool_result`` blocks before the text of a user turn, and the text before the
-  ``tool_use`` blocks of an assistant turn (the simulator counts positions in the same order).
+- The body is :func:`hango.models.base.wire_request`, the one renderer the simulator prices too:
+  ``ToolSpec`` → ``tools=[{name, description, input_schema}]`` (``{"type": "object",
+  "properties": {}}`` for a tool without parameters); ``Block`` → ``system=[{type: "text",
+  text}]`` (the array form: an explicit ``cache_control`` needs it; blank blocks are left out);
+  ``Message`` → ``messages`` with ``tool_result`` blocks before the text of a user turn, and the
+  text before the ``tool_use`` blocks of an assistant turn.
 - Each ``Breakpoint`` becomes ``"cache_control": {"type": "ephemeral"}`` (plus ``"ttl": "1h"``)
-  on that tool, that system block, or the *last* content block of that message. The API itself
-  enforces the limit of four and answers 400 beyond it.
+  on that tool, that system block, or the *last* content block of that message. A request the
+  provider would refuse (a fifth marker, a 1-hour marker after a 5-minute one, an index outside
+  its tier, an empty message) raises :class:`~hango.models.base.InvalidRequest` before anything
+  is sent, with the same message the simulator gives.
 - Usage comes back as :class:`~hango.models.base.Usage`; the cache counts may be ``null`` on the
   wire and become 0. ``input_tokens`` stays the uncached remainder, as the API reports it.
 - ``diagnostics=True`` opts in to the provider's cache diagnostics: each call sends the previous
@@ -22,49 +26,22 @@ from typing import Any
 
 import anthropic
 
-from hango.models.base import CacheDiagnostics, Message, Request, Response, ToolCall, Usage
-
-
-def _content(msg: Message) -> list[dict[str, Any]]:
-    results: list[dict[str, Any]] = []
-    for r in msg.tool_results:
-        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": r.call_id,
-                                 "content": r.content}
-        if r.is_error:
-            block["is_error"] = True
-        results.append(block)
-    calls = [{"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
-             for c in msg.tool_calls]
-    text = [{"type": "text", "text": msg.text}] if msg.text or not (results or calls) else []
-    return [*results, *text] if msg.role == "user" else [*text, *calls]
+from hango.models.base import (
+    CacheDiagnostics,
+    Request,
+    Response,
+    ToolCall,
+    Usage,
+    wire_request,
+)
 
 
 def to_anthropic_params(request: Request, model: str | None = None) -> dict[str, Any]:
-    """The ``messages.create`` keyword arguments for ``request`` (also handy to print)."""
-    tools: list[dict[str, Any]] = [
-        {"name": t.name, "description": t.description,
-         "input_schema": t.parameters or {"type": "object", "properties": {}}}
-        for t in request.tools]
-    system: list[dict[str, Any]] = [{"type": "text", "text": b.text} for b in request.system]
-    messages: list[dict[str, Any]] = [{"role": m.role, "content": _content(m)}
-                                      for m in request.messages]
-    for bp in request.breakpoints:
-        marker: dict[str, Any] = {"type": "ephemeral"}
-        if bp.ttl == "1h":
-            marker["ttl"] = "1h"
-        if bp.tier == "tools":
-            tools[bp.index]["cache_control"] = marker
-        elif bp.tier == "system":
-            system[bp.index]["cache_control"] = marker
-        else:
-            messages[bp.index]["content"][-1]["cache_control"] = marker
-    params: dict[str, Any] = {"model": model or request.model, "max_tokens": request.max_tokens,
-                              "messages": messages}
-    if tools:
-        params["tools"] = tools
-    if system:
-        params["system"] = system
-    return params
+    """The ``messages.create`` keyword arguments for ``request``: :func:`wire_request` itself.
+
+    The simulator prices the same function's output, so what is sent is what was priced.
+    """
+    return wire_request(request, model)
 
 
 def from_anthropic_message(message: anthropic.types.Message) -> Response:

@@ -4,6 +4,11 @@ The request records *where* its cache breakpoints are (tier and index), because 
 this layer are about positions: memory lands after the system breakpoint, the skills index before
 it. ``Request.canonical()`` is the byte form a provider would see; the same inputs give the same
 bytes on every call, or the prompt cache can never hit.
+
+:func:`wire_request` renders a request as the Messages API body. It is the *only* renderer: the
+Anthropic adapter sends its result and the simulator prices its result, so the two agree by
+construction on every byte and every ``cache_control`` marker, and refuse the same requests with
+the same :class:`InvalidRequest` message (the provider's 400 text where it is known).
 """
 
 from __future__ import annotations
@@ -139,6 +144,114 @@ class Model(Protocol):
     provider: str
 
     def complete(self, request: Request) -> Response: ...
+
+
+class InvalidRequest(ValueError):
+    """A request the provider would answer with 400. Raised before anything is sent or priced."""
+
+
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # a tool without arguments
+
+
+def _blank(text: str) -> bool:
+    """The API refuses text blocks without non-whitespace text (and they cannot be cached)."""
+    return not text.strip()
+
+
+def _content(i: int, msg: Message) -> list[dict[str, Any]]:
+    """A message's content blocks: tool results before the text of a user turn, the text before
+    the tool calls of an assistant turn. A blank text is no block; a message left with no block
+    at all is refused (the API rejects empty content and empty text blocks)."""
+    results: list[dict[str, Any]] = []
+    for r in msg.tool_results:
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": r.call_id,
+                                 "content": r.content}
+        if r.is_error:
+            block["is_error"] = True
+        results.append(block)
+    calls: list[dict[str, Any]] = [
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
+        for c in msg.tool_calls]
+    text: list[dict[str, Any]] = [] if _blank(msg.text) else [{"type": "text", "text": msg.text}]
+    content = [*results, *text] if msg.role == "user" else [*text, *calls]
+    if not content:
+        raise InvalidRequest(f"messages[{i}] ({msg.role}) is empty: the provider refuses a "
+                             "message without content and a text block without non-whitespace "
+                             "text; send some text")
+    return content
+
+
+def _marker(ttl: str) -> dict[str, Any]:
+    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
+
+
+def wire_request(request: Request, model: str | None = None) -> dict[str, Any]:
+    """The Messages API body for ``request`` (``messages.create`` keyword arguments).
+
+    - A tool without parameters gets ``{"type": "object", "properties": {}}``.
+    - Blank system blocks are left out. A breakpoint on one moves to the block before it (the
+      prefix through a blank block *is* the prefix through the block before it), or is dropped
+      when nothing precedes it.
+    - A breakpoint index must be inside its tier: ``-1`` is refused, never read as "the last".
+    - A ``messages`` breakpoint marks the last content block of that message.
+    - Two breakpoints on one block are one marker, and the longer TTL wins.
+    - More than 4 markers, or a 1-hour marker after a 5-minute one (in ``tools → system →
+      messages`` order), is the provider's 400, raised here as :class:`InvalidRequest`.
+    """
+    sizes = {"tools": len(request.tools), "system": len(request.system),
+             "messages": len(request.messages)}
+    for bp in request.breakpoints:
+        if not 0 <= bp.index < sizes[bp.tier]:
+            raise InvalidRequest(f"breakpoint {bp.tier}[{bp.index}] is outside the request "
+                                 f"({sizes[bp.tier]} {bp.tier}; an index counts from 0, "
+                                 "never from the end)")
+    tools = [{"name": t.name, "description": t.description,
+              "input_schema": t.parameters or dict(NO_PARAMETERS)} for t in request.tools]
+    system: list[dict[str, Any]] = []
+    at_system: list[int | None] = []  # request system index -> wire system index (None: blank)
+    for b in request.system:
+        at_system.append(None if _blank(b.text) else len(system))
+        if not _blank(b.text):
+            system.append({"type": "text", "text": b.text})
+    contents = [_content(i, m) for i, m in enumerate(request.messages)]
+    messages: list[dict[str, Any]] = [{"role": m.role, "content": c}
+                                      for m, c in zip(request.messages, contents, strict=True)]
+    # Wire blocks in processing order, and where each breakpoint lands among them.
+    order: list[tuple[str, dict[str, Any]]] = [
+        *((f"tools.{i}", t) for i, t in enumerate(tools)),
+        *((f"system.{i}", b) for i, b in enumerate(system)),
+        *((f"messages.{i}.content.{j}", c) for i, content in enumerate(contents)
+          for j, c in enumerate(content))]
+    ttls: dict[int, str] = {}  # index into ``order`` -> ttl
+    for bp in request.breakpoints:
+        if bp.tier == "tools":
+            at: int | None = bp.index
+        elif bp.tier == "system":
+            kept = [w for w in at_system[: bp.index + 1] if w is not None]
+            at = len(tools) + kept[-1] if kept else (len(tools) - 1 if tools else None)
+        else:
+            at = len(tools) + len(system) + sum(len(c) for c in contents[: bp.index + 1]) - 1
+        if at is not None:
+            ttls[at] = "1h" if "1h" in (bp.ttl, ttls.get(at)) else "5m"
+    if len(ttls) > 4:
+        raise InvalidRequest("A maximum of 4 blocks with cache_control may be provided. "
+                             f"Found {len(ttls)}.")
+    seen_5m = False
+    for at in sorted(ttls):
+        if ttls[at] == "1h" and seen_5m:
+            raise InvalidRequest(
+                f"{order[at][0]}.cache_control.ttl: a ttl='1h' cache_control block must not "
+                "come after a ttl='5m' cache_control block. Note that blocks are processed in "
+                "the following order: `tools`, `system`, `messages`.")
+        seen_5m = seen_5m or ttls[at] == "5m"
+        order[at][1]["cache_control"] = _marker(ttls[at])
+    params: dict[str, Any] = {"model": model or request.model, "max_tokens": request.max_tokens,
+                              "messages": messages}
+    if tools:
+        params["tools"] = tools
+    if system:
+        params["system"] = system
+    return params
 
 
 def _plain(value: Any) -> Any:

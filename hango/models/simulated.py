@@ -20,42 +20,67 @@ source. The simulator uses one documented approximation everywhere, :func:`count
 So a system block of 400 ASCII characters is exactly 103 tokens. Output tokens are
 ``count_tokens(text)`` plus ``count_tokens(json {name, input})`` per tool call.
 
+**What is priced.** The simulator never reads a :class:`~hango.models.base.Request` directly:
+it prices ``wire_request(request)``, the very body ``AnthropicModel`` sends (the tool schema of a
+tool without parameters, blank system blocks left out, one marker per block, the provider's
+400s for a fifth marker, a 1-hour marker after a 5-minute one, an index outside its tier or an
+empty message). So the two agree by construction, and refuse the same requests with the same
+:class:`~hango.models.base.InvalidRequest` message.
+
 **Positions.** The prompt is a list of positions in ``tools → system → messages`` order: one per
 tool, one per system block, and one per content block of each message, except that a run of
-``tool_use`` blocks is one position, and so is a run of ``tool_result`` blocks. A ``Breakpoint``
-marks ``tools[i]``, ``system[i]``, or the *last* position of ``messages[i]``.
+``tool_use`` blocks is one position, and so is a run of ``tool_result`` blocks. A marker on a
+message is on its *last* content block.
 
 **The cache** (notes §1.11, steps 1-7): at most 4 breakpoints; a prefix hash per position (model
-name + the canonical bytes of every position so far); each breakpoint looks back over at most 20
-positions, itself included, for an entry an earlier request *wrote*; entries are written only at
-breakpoints whose prefix reaches the model's minimum; a 5-minute (or ``"1h"``) lifetime counted
-from the start of the request, refreshed by a read. With ``A`` = tokens through the highest hit,
-``B`` = tokens through the highest 1-hour breakpoint above ``A``, ``C`` = tokens through the last
-breakpoint: ``cache_read = A``, ``cache_creation = C - A`` (of which ``B - A`` at 1 hour) and
-``input_tokens = total - C``, the uncached tail.
+name + the canonical bytes of every position so far, markers excluded); each breakpoint looks back
+over at most 20 positions, itself included, for an entry an earlier request *wrote*; entries are
+written only at breakpoints whose prefix reaches the model's minimum; a 5-minute (or ``"1h"``)
+lifetime counted from the start of the request, refreshed by a read. With ``A`` = tokens through
+the highest hit, ``B`` = tokens through the highest 1-hour breakpoint above ``A``, ``C`` = tokens
+through the last breakpoint: ``cache_read = A``, ``cache_creation = C - A`` (of which ``B - A`` at
+1 hour) and ``input_tokens = total - C``, the uncached tail.
 
-Choices the provider's docs leave open (each an **[assumption]**, as notes §1.11 calls them):
+Choices the provider's docs leave open (each an **[assumption]**, as notes §1.11 calls them).
+Number 11 changes figures hango's stack produces, so it is a switch; the others are fixed, and
+each says why.
 
-1. Tool definitions and system blocks count one lookback position each.
-2. Runs of ``tool_use`` / ``tool_result`` blocks collapse within one message only.
+1. Tool definitions and system blocks count one lookback position each. (Fixed: hango's prefix
+   entry is found by the prefix breakpoint itself, the first position of its own window, so how
+   many positions the blocks before it take never changes a figure.)
+2. Runs of ``tool_use`` / ``tool_result`` blocks collapse within one message only. (Fixed: the
+   renderer never puts two messages of one role in a row.)
 3. A user message renders its tool results before its text; an assistant message its text before
-   its tool calls (the order the Messages API expects; ``AnthropicModel`` sends the same). An
-   empty text is no block, but an empty message still takes one (empty) text position.
+   its tool calls (the order the Messages API expects). A blank text is no block; a message left
+   with no block is refused, as the provider refuses empty text blocks.
 4. ``Block.source`` is bookkeeping, not prompt bytes: it is not hashed and costs no tokens.
-5. Two breakpoints on the same position are one marker (the longer TTL wins); a 1-hour breakpoint
-   after a 5-minute one is rejected, as the docs require the longer TTL first.
+5. Two breakpoints on the same block are one marker (the longer TTL wins); a breakpoint on a
+   blank system block moves to the block before it. (Rendering choices, not provider rules:
+   one block carries one ``cache_control`` on the wire.)
 6. The only hash salt is the model name: ``Request`` has no tool_choice, images or thinking.
 7. Calls are sequential: an entry is visible to the next request at once (no time-to-first-token).
-   An entry is alive while ``start < expires_at``; a read refreshes it with its own TTL class.
+   An entry is alive while ``start < expires_at``.
 8. The model is ``request.model``, or the instance's ``name`` when the request leaves it empty.
 9. If no breakpoint reaches the minimum, nothing is read or written (§1.11 step 5). A breakpoint
-   below the minimum writes no entry, so a 1-hour one there bills nothing at the 1-hour rate.
+   below the minimum writes no entry, so a 1-hour one there bills nothing at the 1-hour rate. A
+   model missing from :data:`MIN_CACHEABLE` gets the strictest known minimum, with a warning.
 10. Diagnostics compare with the previous request this instance answered (like the provider's
     ``previous_message_id``). ``miss_reason`` is ``None`` when the call read everything up to its
     last breakpoint, or everything the previous request had cached (the rest is new content).
     ``outside_lookback`` is the simulator's own reason for an unchanged prefix whose live entry
     is more than 20 positions back. ``missed_input_tokens`` = tokens the previous request cached
     minus tokens read now.
+11. **Which entries a read refreshes: a switch,** ``SimulatedModel(refresh=...)``. The docs say
+    only "the cache is refreshed for no additional cost each time the cached content is used".
+    ``"longest"`` (:data:`DEFAULT_REFRESH`): only the entry the read was billed from (``A``).
+    ``"all"``: every entry any breakpoint found. The default is ``"longest"`` because the docs
+    describe a read as a walk backward from a breakpoint that stops at the first entry it finds
+    (so an earlier breakpoint's entry is not looked up when a later one matches), and because it
+    is the reading that never promises a saving the other would deny. It decides the lesson only
+    when memory edits are more than 5 minutes apart and the prefix has a 5-minute TTL
+    (``bench/cache_ratio.py``, notebook 06 §7); ``bench/provider_check.py`` measures it.
+12. A read keeps the entry's TTL class: a 5-minute entry that is read stays a 5-minute entry
+    (notes §1.6, inferred). (Fixed: hango never marks one prefix with two TTLs.)
 """
 
 from __future__ import annotations
@@ -64,6 +89,7 @@ import hashlib
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
@@ -71,15 +97,20 @@ from typing import Any, Literal, TypeAlias
 
 from hango.models.base import (
     CacheDiagnostics,
-    Message,
     Request,
     Response,
     Tier,
     ToolCall,
     Usage,
+    wire_request,
 )
 
 TTL = Literal["5m", "1h"]
+Refresh = Literal["all", "longest"]
+REFRESH_ALL: Refresh = "all"  # a read refreshes every entry any breakpoint found
+REFRESH_LONGEST: Refresh = "longest"  # a read refreshes only the entry it was billed from (A)
+DEFAULT_REFRESH: Refresh = REFRESH_LONGEST
+READINGS: tuple[Refresh, ...] = (REFRESH_ALL, REFRESH_LONGEST)
 BLOCK_OVERHEAD = 3
 MESSAGE_OVERHEAD = 4
 MAX_BREAKPOINTS = 4
@@ -107,23 +138,34 @@ class MinimumRow:
 
 
 _DOC = "Anthropic prompt-caching docs, newest version (notes/prompt-caching.md §1.5)"
+_NOW = "2026-11"
 DEFAULT_MIN_CACHEABLE = 1024
 MIN_CACHEABLE: dict[str, MinimumRow] = {
-    "hango-sim-1": MinimumRow(1024, "hango teaching default (the classic Sonnet tier)", "2026-11"),
-    "claude-opus-5": MinimumRow(512, _DOC, "2026-11"),
-    "claude-sonnet-5": MinimumRow(1024, _DOC, "2026-11"),
-    "claude-opus-4-8": MinimumRow(1024, _DOC + "; was 4096 in anthropics/skills", "2026-11"),
-    "claude-opus-4-7": MinimumRow(2048, _DOC + "; was 4096 in anthropics/skills", "2026-11"),
-    "claude-opus-4-6": MinimumRow(4096, _DOC, "2026-11"),
-    "claude-opus-4-5": MinimumRow(4096, _DOC, "2026-11"),
-    "claude-opus-4-1": MinimumRow(1024, _DOC, "2026-11"),
-    "claude-opus-4": MinimumRow(1024, _DOC, "2026-11"),
-    "claude-sonnet-4-6": MinimumRow(1024, _DOC + "; was 2048 in the early-2026 doc", "2026-11"),
-    "claude-sonnet-4-5": MinimumRow(1024, _DOC, "2026-11"),
-    "claude-sonnet-4": MinimumRow(1024, _DOC, "2026-11"),
-    "claude-haiku-4-5": MinimumRow(4096, _DOC, "2026-11"),
-    "claude-3-5-haiku": MinimumRow(2048, _DOC, "2026-11"),
+    "hango-sim-1": MinimumRow(1024, "hango teaching default (the classic Sonnet tier)", _NOW),
+    # 512
+    "claude-fable-5-1": MinimumRow(512, _DOC, _NOW),
+    "claude-mythos-5-1": MinimumRow(512, _DOC, _NOW),
+    "claude-opus-5": MinimumRow(512, _DOC, _NOW),
+    "claude-fable-5": MinimumRow(512, _DOC + "; 2048 in anthropics/skills (2026-07)", _NOW),
+    "claude-mythos-5": MinimumRow(512, _DOC, _NOW),
+    # 1,024
+    "claude-opus-4-8": MinimumRow(1024, _DOC + "; 4096 in anthropics/skills (2026-07)", _NOW),
+    "claude-sonnet-5": MinimumRow(1024, _DOC, _NOW),
+    "claude-sonnet-4-6": MinimumRow(1024, _DOC + "; 2048 in the early-2026 doc", _NOW),
+    "claude-sonnet-4-5": MinimumRow(1024, _DOC, _NOW),
+    "claude-opus-4-1": MinimumRow(1024, _DOC, _NOW),
+    "claude-opus-4": MinimumRow(1024, _DOC, _NOW),
+    "claude-sonnet-4": MinimumRow(1024, _DOC, _NOW),
+    # 2,048
+    "claude-mythos-preview": MinimumRow(2048, _DOC, _NOW),
+    "claude-opus-4-7": MinimumRow(2048, _DOC + "; 4096 in anthropics/skills (2026-07)", _NOW),
+    "claude-3-5-haiku": MinimumRow(2048, _DOC, _NOW),
+    # 4,096
+    "claude-opus-4-6": MinimumRow(4096, _DOC, _NOW),
+    "claude-opus-4-5": MinimumRow(4096, _DOC, _NOW),
+    "claude-haiku-4-5": MinimumRow(4096, _DOC, _NOW),
 }
+STRICTEST_MIN_CACHEABLE = max(row.tokens for row in MIN_CACHEABLE.values())
 
 
 @dataclass(frozen=True)
@@ -154,9 +196,18 @@ def _lookup(table: dict[str, Any], model: str) -> Any:
 
 
 def min_cacheable_tokens(model: str) -> int:
-    """The shortest prefix (in tokens) ``model`` will cache; 1024 for a model not in the table."""
+    """The shortest prefix (in tokens) ``model`` will cache.
+
+    A model the table does not know gets the strictest known minimum (4,096), with a warning
+    naming it: predicting a hit the provider would not give is the worse mistake.
+    """
     row: MinimumRow | None = _lookup(MIN_CACHEABLE, model)
-    return row.tokens if row else DEFAULT_MIN_CACHEABLE
+    if row is None:
+        warnings.warn(f"no minimum cacheable length is known for model {model!r}; using the "
+                      f"strictest known value, {STRICTEST_MIN_CACHEABLE} tokens (add a row to "
+                      "hango.models.simulated.MIN_CACHEABLE)", stacklevel=2)
+        return STRICTEST_MIN_CACHEABLE
+    return row.tokens
 
 
 def cost(usage: Usage, model: str) -> float:
@@ -185,78 +236,82 @@ class Position:
     message: int | None = None  # index of the message it belongs to
 
 
+def _unmarked(block: dict[str, Any]) -> dict[str, Any]:
+    """A wire block without its ``cache_control``: the marker moves, the prompt does not."""
+    return {k: v for k, v in block.items() if k != "cache_control"}
+
+
+def _ttl(block: dict[str, Any]) -> TTL | None:
+    marker = block.get("cache_control")
+    if marker is None:
+        return None
+    return "1h" if marker.get("ttl") == "1h" else "5m"
+
+
 def _position(tier: Tier, label: str, tokens: int, content: dict[str, Any],
               message: int | None = None) -> Position:
     data = _canonical({"tier": tier, **content}).encode("utf-8")
     return Position(tier, label, tokens, data, message)
 
 
-def _message_positions(i: int, msg: Message) -> list[Position]:
-    head = {"message": i, "role": msg.role}
+def _block_tokens(block: dict[str, Any]) -> int:
+    if block["type"] == "tool_use":
+        return count_tokens(_canonical({"name": block["name"], "input": block["input"]}))
+    if block["type"] == "tool_result":
+        return count_tokens(block["content"])
+    return count_tokens(block["text"])
+
+
+def wire_positions(params: dict[str, Any]) -> tuple[list[Position], list[tuple[int, TTL]]]:
+    """Lookback positions of a wire body (:func:`~hango.models.base.wire_request`), in ``tools →
+    system → messages`` order, and ``(position, ttl)`` for each ``cache_control`` marker on it."""
     out: list[Position] = []
-    text = [] if not msg.text and (msg.tool_calls or msg.tool_results) else [msg.text]
-    results = [{"tool_use_id": r.call_id, "content": r.content, "is_error": r.is_error}
-               for r in msg.tool_results]
-    calls = [{"id": c.id, "name": c.name, "input": c.arguments} for c in msg.tool_calls]
-    runs: list[tuple[str, list[Any]]] = [("tool_result", results), ("text", text),
-                                         ("tool_use", calls)]
-    if msg.role == "assistant":
-        runs = [("text", text), ("tool_use", calls), ("tool_result", results)]
-    for kind, items in runs:
-        if not items:
-            continue
-        if kind == "text":
-            tokens = count_tokens(msg.text)
-        elif kind == "tool_use":
-            tokens = sum(count_tokens(_canonical({"name": c["name"], "input": c["input"]}))
-                         for c in items)
-        else:
-            tokens = sum(count_tokens(r["content"]) for r in items)
-        tokens += BLOCK_OVERHEAD * len(items) + (0 if out else MESSAGE_OVERHEAD)
-        label = f"messages[{i}].{kind}" + (f"×{len(items)}" if len(items) > 1 else "")
-        out.append(_position("messages", label, tokens, {**head, "type": kind, "blocks": items},
-                             message=i))
-    return out
+    marks: dict[int, TTL] = {}
+
+    def mark(*blocks: dict[str, Any]) -> None:
+        for block in blocks:
+            ttl = _ttl(block)
+            if ttl is not None:
+                at = len(out) - 1
+                marks[at] = "1h" if "1h" in (ttl, marks.get(at)) else "5m"
+
+    for i, tool in enumerate(params.get("tools", [])):
+        spec = _unmarked(tool)
+        out.append(_position("tools", f"tools[{i}] {tool['name']}",
+                             count_tokens(_canonical(spec)) + BLOCK_OVERHEAD, spec))
+        mark(tool)
+    for i, block in enumerate(params.get("system", [])):
+        out.append(_position("system", f"system[{i}]", _block_tokens(block) + BLOCK_OVERHEAD,
+                             {"text": block["text"]}))
+        mark(block)
+    for i, msg in enumerate(params["messages"]):
+        runs: list[list[dict[str, Any]]] = []
+        for block in msg["content"]:  # a run of tool_use (or tool_result) blocks is one position
+            if runs and block["type"] != "text" and runs[-1][0]["type"] == block["type"]:
+                runs[-1].append(block)
+            else:
+                runs.append([block])
+        for n, run in enumerate(runs):
+            kind = run[0]["type"]
+            tokens = sum(_block_tokens(b) + BLOCK_OVERHEAD for b in run)
+            tokens += 0 if n else MESSAGE_OVERHEAD
+            label = f"messages[{i}].{kind}" + (f"×{len(run)}" if len(run) > 1 else "")
+            out.append(_position("messages", label, tokens,
+                                 {"message": i, "role": msg["role"], "type": kind,
+                                  "blocks": [_unmarked(b) for b in run]}, message=i))
+            mark(*run)
+    return out, sorted(marks.items())
 
 
 def positions(request: Request) -> list[Position]:
-    """The request's lookback positions, in ``tools → system → messages`` order."""
-    out = []
-    for i, tool in enumerate(request.tools):
-        spec = {"name": tool.name, "description": tool.description,
-                "input_schema": tool.parameters}
-        out.append(_position("tools", f"tools[{i}] {tool.name}",
-                             count_tokens(_canonical(spec)) + BLOCK_OVERHEAD, spec))
-    for i, block in enumerate(request.system):
-        out.append(_position("system", f"system[{i}]", count_tokens(block.text) + BLOCK_OVERHEAD,
-                             {"text": block.text}))
-    for i, msg in enumerate(request.messages):
-        out.extend(_message_positions(i, msg))
-    return out
+    """The request's lookback positions, as :func:`wire_request` renders it."""
+    return wire_positions(wire_request(request))[0]
 
 
-def breakpoint_positions(request: Request, pos: Sequence[Position]) -> list[tuple[int, TTL]]:
-    """``(position index, ttl)`` for each breakpoint, sorted; raises the provider's 400s."""
-    first_system = len(request.tools)
-    ends = {p.message: i for i, p in enumerate(pos) if p.message is not None}  # last wins
-    marks: dict[int, TTL] = {}
-    for bp in request.breakpoints:
-        size = {"tools": len(request.tools), "system": len(request.system),
-                "messages": len(request.messages)}[bp.tier]
-        if not 0 <= bp.index < size:
-            raise ValueError(f"breakpoint {bp.tier}[{bp.index}] is outside the request "
-                             f"({size} {bp.tier})")
-        at = {"tools": bp.index, "system": first_system + bp.index,
-              "messages": ends.get(bp.index, 0)}[bp.tier]
-        marks[at] = "1h" if "1h" in (bp.ttl, marks.get(at)) else "5m"
-    if len(marks) > MAX_BREAKPOINTS:
-        raise ValueError(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be "
-                         f"provided. Found {len(marks)}.")
-    ordered = sorted(marks.items())
-    ttls = [ttl for _, ttl in ordered]
-    if "5m" in ttls and "1h" in ttls[ttls.index("5m"):]:
-        raise ValueError("a 1h cache_control breakpoint must come before any 5m breakpoint")
-    return ordered
+def breakpoint_positions(request: Request) -> list[tuple[int, TTL]]:
+    """``(position index, ttl)`` for each marker on the wire, sorted; raises the provider's 400s
+    (:class:`~hango.models.base.InvalidRequest`)."""
+    return wire_positions(wire_request(request))[1]
 
 
 def prefix_keys(model: str, pos: Sequence[Position]) -> list[str]:
@@ -359,6 +414,9 @@ class SimulatedModel:
     ``policy`` is a callable ``request -> reply`` or a script: a list of replies used in order,
     each a text, a list of tool calls, a :class:`Reply`, or a function of the request. ``calls``
     keeps every ``(request, response)``; ``traces`` the matching :class:`CacheTrace`.
+
+    ``refresh`` is the open rule of which entries a read refreshes (module docstring, assumption
+    11): ``"longest"`` (the default) or ``"all"``.
     """
 
     provider = "hango-sim"
@@ -371,10 +429,15 @@ class SimulatedModel:
         clock: Callable[[], float] = time.monotonic,
         min_cacheable: int | None = None,
         store: CacheStore | None = None,
+        refresh: Refresh = DEFAULT_REFRESH,
     ) -> None:
         if isinstance(policy, str):
             raise TypeError("a script is a list of replies, not one string")
+        if refresh not in (REFRESH_ALL, REFRESH_LONGEST):
+            raise ValueError(f"refresh must be {REFRESH_ALL!r} or {REFRESH_LONGEST!r}, "
+                             f"not {refresh!r}")
         self.name = name
+        self.refresh = refresh
         self.clock = clock
         self.min_cacheable = min_cacheable
         self.store = store if store is not None else CacheStore()
@@ -391,8 +454,8 @@ class SimulatedModel:
     def complete(self, request: Request) -> Response:
         started = self.clock()
         model = request.model or self.name
-        pos = positions(request)
-        marks = breakpoint_positions(request, pos)  # a bad request fails before anything changes
+        # The body AnthropicModel would send; a request it would refuse fails here, unchanged.
+        pos, marks = wire_positions(wire_request(request, model))
         if request.max_tokens == 0:  # pre-warm: write the cache, generate nothing
             reply, stop = Reply(), "max_tokens"
         else:
@@ -445,7 +508,11 @@ class SimulatedModel:
         writes = [(b, ttl) for b, ttl in eligible if upto[b] > read]  # only at breakpoints
         for b, ttl in writes:
             entries[keys[b]] = CacheEntry(upto[b], ttl, now + TTL_SECONDS[ttl])
-        for j in hits:  # a read refreshes the entry's lifetime, keeping its TTL class
+        # A read refreshes an entry's lifetime, keeping its TTL class. Which entries: the open
+        # rule (assumption 11), a switch: every entry a breakpoint found, or only the longest.
+        refreshed = hits if self.refresh == REFRESH_ALL else [
+            j for j in hits if upto[j] == read][:1]
+        for j in refreshed:
             entries[keys[j]].expires_at = now + TTL_SECONDS[entries[keys[j]].ttl]
         usage = Usage(input_tokens=total - max(cached, read),
                       cache_creation_input_tokens=cached - read,
@@ -497,3 +564,25 @@ class SimulatedModel:
                 c = ToolCall(f"call_{self._next_call_id}", c.name, c.arguments)
             calls.append(c)
         return Reply(reply.text, tuple(calls))
+
+
+def replay(calls: Sequence[tuple[float, Request, Response]], *, name: str = "hango-sim-1",
+           refresh: Refresh = DEFAULT_REFRESH, min_cacheable: int | None = None,
+           ) -> list[Response]:
+    """Price recorded calls again, each at a new start time, on a fresh cache.
+
+    ``calls`` are ``(start seconds, request, recorded response)``. The requests of a scripted
+    run do not depend on the clock, so one recorded conversation can be priced at any pace and
+    under either refresh reading. The replies (and so the output tokens) are the recorded ones.
+    """
+    starts = [start for start, _, _ in calls]
+    if starts != sorted(starts):
+        raise ValueError("replay: start times must not go backwards")
+    now = [0.0]
+    model = SimulatedModel(name, policy=[Reply(r.text, r.tool_calls) for _, _, r in calls],
+                           clock=lambda: now[0], min_cacheable=min_cacheable, refresh=refresh)
+    out = []
+    for start, request, _ in calls:
+        now[0] = start
+        out.append(model.complete(request))
+    return out

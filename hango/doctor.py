@@ -1,0 +1,127 @@
+"""``make doctor`` (``python -m hango.doctor``): check a learner's set-up and say what to do.
+
+Each check prints ``ok`` or ``problem`` with the one thing to do about it; the exit status is the
+number of problems (0: ready for ``make lab``). ``--lab-settings`` writes JupyterLab's settings
+overrides for this project's ``.venv`` (the news pop-up off, no update check), which is what
+``make lab`` runs after installing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+LAB_OVERRIDES = {
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
+}
+
+
+def write_lab_settings(prefix: Path | None = None) -> Path:
+    """JupyterLab reads ``{sys.prefix}/share/jupyter/lab/settings/overrides.json`` at start."""
+    target = (prefix or Path(sys.prefix)) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    current = json.loads(target.read_text(encoding="utf-8")) if target.exists() else {}
+    current.update(LAB_OVERRIDES)
+    target.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
+    return target
+
+
+def _python() -> str | None:
+    print(f"  Python {sys.version.split()[0]} at {sys.executable}")
+    if sys.version_info < (3, 11):  # noqa: UP036  (a venv made by an old Python)
+        return (f"Python {sys.version.split()[0]} is too old; hango needs 3.11+. "
+                "Run `rm -rf .venv` and `make lab PYTHON=python3.12`.")
+    return None
+
+
+def _package() -> str | None:
+    try:
+        import hango
+    except ImportError as exc:  # pragma: no cover - the module itself lives in hango
+        return f"hango does not import ({exc}); run `make lab` to install it into .venv"
+    del hango
+    return None
+
+
+def _data_dir() -> str | None:
+    from hango.settings import load_settings
+
+    try:
+        settings = load_settings()
+    except ValueError as exc:
+        return str(exc)
+    from hango.db import resolve_data_dir
+
+    data = resolve_data_dir(settings)
+    probe = data if data.exists() else data.parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK):
+        return f"{data} is not writable: set HANGO_DATA_DIR to a folder you can write"
+    free = shutil.disk_usage(probe).free
+    if free < 200 * 1024 * 1024:
+        return f"only {free // 2**20} MiB free under {probe}; the database needs about 200 MiB"
+    print(f"  data dir: {data}")
+    return None
+
+
+def _database() -> str | None:
+    from hango.db import get_database
+
+    try:
+        db = get_database()
+        with db.app() as conn:
+            version = conn.execute("SHOW server_version").fetchone()
+    except Exception as exc:  # report any failure as the one line a learner can act on
+        return f"the database does not start: {exc}"
+    print(f"  PostgreSQL {version[0] if version else '?'} "
+          f"({'embedded' if db.embedded else 'HANGO_DATABASE_URL'})")
+    return None
+
+
+def _port() -> str | None:
+    from hango.settings import load_settings
+
+    settings = load_settings()
+    with socket.socket() as sock:
+        if sock.connect_ex((settings.host, settings.port)) == 0:
+            return (f"port {settings.port} is in use (another `hango serve`?): stop it or set "
+                    "HANGO_PORT; the notebooks do not need it")
+    return None
+
+
+def _jupyter() -> str | None:
+    if shutil.which("jupyter-lab", path=str(Path(sys.executable).parent)) is None:
+        return "JupyterLab is not installed in this environment: run `make lab`"
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        print("  running as root: `make lab` passes --allow-root to jupyter")
+    return None
+
+
+CHECKS: list[tuple[str, Callable[[], str | None]]] = [
+    ("Python 3.11+", _python), ("hango imports", _package), ("data folder", _data_dir),
+    ("database starts", _database), ("API port", _port), ("JupyterLab", _jupyter),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "--lab-settings" in args:
+        print(f"JupyterLab settings: {write_lab_settings()}")
+        return 0
+    problems = 0
+    for name, check in CHECKS:
+        problem = check()
+        print(f"{'ok     ' if problem is None else 'PROBLEM'} {name}" + (f": {problem}" if problem else ""))
+        problems += problem is not None
+    print("ready: run `make lab`" if not problems else f"{problems} problem(s); fix them, then `make doctor`")
+    return problems
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""PromptCache: the prefix TTL, and a valid request whatever the caller marked (issue 12, point 3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hango.agent.promptcache import PromptCache, normalize
+from hango.agent.runtime import Agent, default_stack
+from hango.agent.stack import DefaultStack
+from hango.db import Database
+from hango.models.base import Block, Breakpoint, Message, Request, Response, ToolSpec, wire_request
+from hango.models.simulated import SimulatedModel, cost
+from hango.settings import load_settings
+
+TOOLS = (ToolSpec("ls", "List."), ToolSpec("read_file", "Read."))
+SYSTEM = (Block("base " * 300), Block("skills " * 100), Block("memory " * 50))
+MESSAGES = (Message("user", "q1"), Message("assistant", "a1"), Message("user", "q2"))
+
+
+def sent(cache: PromptCache, *marks: Breakpoint) -> Request:
+    """What PromptCache passes on, given the stack's system breakpoint (on the skills index)."""
+    seen: list[Request] = []
+
+    def call_next(request: Request) -> Response:
+        seen.append(request)
+        return Response("ok")
+
+    request = Request("hango-sim-1", TOOLS, SYSTEM, MESSAGES,
+                      (Breakpoint("system", 1), *marks))
+    cache.wrap_model_call(None, request, call_next)  # type: ignore[arg-type]
+    return seen[0]
+
+
+def test_the_prefix_is_cached_for_an_hour_by_default_and_the_conversation_for_five_minutes() -> None:
+    assert sent(PromptCache()).breakpoints == (Breakpoint("system", 1, "1h"), Breakpoint("messages", 2))
+    assert sent(PromptCache(prefix_ttl="5m")).breakpoints == (
+        Breakpoint("system", 1), Breakpoint("messages", 2))
+    with pytest.raises(ValueError, match="prefix_ttl must be '5m' or '1h', not '2h'"):
+        PromptCache(prefix_ttl="2h")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("prefix_ttl", ["5m", "1h"])
+def test_a_caller_marking_the_last_message_1h_gets_one_marker_and_a_valid_order(prefix_ttl: Any) -> None:
+    """The issue's case: PromptCache's 5m on a block the caller marked 1h, and 1h after 5m."""
+    out = sent(PromptCache(prefix_ttl=prefix_ttl), Breakpoint("messages", 2, "1h"))
+    assert out.breakpoints == (Breakpoint("system", 1, "1h"), Breakpoint("messages", 2, "1h"))
+    body = wire_request(out)  # the provider would accept it (no InvalidRequest)
+    assert body["messages"][2]["content"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+
+
+def test_the_lift_to_one_hour_costs_nothing_by_the_billing_rule() -> None:
+    """Everything up to the last 1h breakpoint is written at the 1h rate (B - A) anyway."""
+    lifted = sent(PromptCache(prefix_ttl="5m"), Breakpoint("messages", 2, "1h"))
+    only_last = Request(lifted.model, lifted.tools, lifted.system, lifted.messages,
+                        (Breakpoint("messages", 2, "1h"),))
+    a, b = (SimulatedModel().complete(r).usage for r in (lifted, only_last))
+    assert a == b and cost(a, "hango-sim-1") == cost(b, "hango-sim-1")
+
+
+breakpoint_lists = st.lists(st.one_of(
+    st.builds(Breakpoint, st.just("tools"), st.integers(0, 1), st.sampled_from(["5m", "1h"])),
+    st.builds(Breakpoint, st.just("system"), st.integers(0, 2), st.sampled_from(["5m", "1h"])),
+    st.builds(Breakpoint, st.just("messages"), st.integers(0, 2), st.sampled_from(["5m", "1h"]))),
+    max_size=3)
+
+
+@given(marks=breakpoint_lists, prefix_ttl=st.sampled_from(["5m", "1h"]))
+def test_whatever_the_caller_marked_the_request_is_one_the_provider_accepts(
+        marks: list[Breakpoint], prefix_ttl: Any) -> None:
+    out = sent(PromptCache(prefix_ttl=prefix_ttl), *marks).breakpoints
+    blocks = [(b.tier, b.index) for b in out]
+    assert len(blocks) == len(set(blocks))  # never two markers on one block
+    ttls = [b.ttl for b in out]
+    assert ttls == sorted(ttls)  # every "1h" before every "5m"
+    assert Breakpoint("system", 1, "1h") in out or (prefix_ttl == "5m" and "5m" in ttls)
+    if len(out) <= 4:
+        wire_request(Request("m", TOOLS, SYSTEM, MESSAGES, out))  # no InvalidRequest
+    assert normalize(out) == out  # stable
+
+
+def test_the_setting_reaches_the_default_stack(db: Database) -> None:
+    for value in ("5m", "1h"):
+        agent = Agent(db, "t", "a", SimulatedModel(), settings=load_settings(cache_prefix_ttl=value))
+        stack = default_stack(agent)
+        assert isinstance(stack, DefaultStack)
+        assert stack.slots["prompt_cache"].prefix_ttl == value

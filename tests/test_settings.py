@@ -1,0 +1,107 @@
+"""Every ``HANGO_*`` variable: its default is the one the README documents, and a bad value
+stops hango with an error that names the variable (never a silent fallback to the default)."""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+import pytest
+
+from hango.settings import Settings, SettingsError, load_settings
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+FIELDS = sorted(Settings.model_fields)
+
+
+def _env(name: str) -> str:
+    return "HANGO_" + name.upper()
+
+
+def _documented() -> dict[str, str]:
+    """``| `HANGO_X` | default | meaning |`` rows of the README's settings table."""
+    rows = {}
+    for line in README.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and re.fullmatch(r"`HANGO_[A-Z0-9_]+`", cells[0]):
+            rows[cells[0].strip("`")] = cells[1]
+    return rows
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in FIELDS:
+        monkeypatch.delenv(_env(name), raising=False)
+
+
+@pytest.mark.parametrize("name", FIELDS)
+def test_every_variable_is_documented_with_its_default(name: str) -> None:
+    documented = _documented()
+    assert _env(name) in documented, f"{_env(name)} has no row in the README's settings table"
+    default = Settings.model_fields[name].default
+    cell = documented[_env(name)]
+    if default is None:
+        assert cell.startswith("unset"), f"{_env(name)}: README says {cell!r}, code says unset"
+    elif isinstance(default, list):
+        assert ",".join(default) in cell.replace("`", "")
+    else:
+        shown = getattr(default, "value", default)  # an enum shows its value
+        assert str(shown) in cell.replace("`", "").replace(",", "").replace("_", ""), (
+            f"{_env(name)}: README says {cell!r}, code says {shown!r}")
+
+
+@pytest.mark.parametrize("name", FIELDS)
+def test_the_default_is_what_an_empty_environment_gives(name: str) -> None:
+    assert getattr(load_settings(), name) == Settings.model_fields[name].default
+
+
+def _bad_values(name: str) -> list[str]:
+    field = Settings.model_fields[name]
+    kinds = set(typing.get_args(field.annotation)) | {field.annotation}
+    bad: list[str] = []
+    if int in kinds:
+        bad.append("twelve")
+        for meta in field.metadata:
+            if hasattr(meta, "ge"):
+                bad.append(str(meta.ge - 1))
+            if hasattr(meta, "le"):
+                bad.append(str(meta.le + 1))
+    if float in kinds:
+        bad.append("fast")
+    if bool in kinds:
+        bad.append("perhaps")
+    if any(typing.get_origin(k) is list for k in kinds):
+        bad += ['["/unclosed', "relative/path"]
+    if any(typing.get_origin(k) is typing.Literal for k in kinds):
+        bad.append("no-such-choice")
+    if any(getattr(m, "pattern", None) for m in field.metadata):
+        bad.append("Not Valid!")
+    return bad
+
+
+CASES = [(name, value) for name in FIELDS for value in _bad_values(name)]
+
+
+def test_most_variables_have_a_bad_value_tried() -> None:
+    untried = {n for n in FIELDS} - {n for n, _ in CASES}
+    # any URL, folder or host name is accepted here and checked where it is used
+    assert untried <= {"database_url", "data_dir", "host"}, untried
+
+
+@pytest.mark.parametrize(("name", "value"), CASES)
+def test_a_bad_value_names_its_variable(monkeypatch: pytest.MonkeyPatch, name: str,
+                                        value: str) -> None:
+    monkeypatch.setenv(_env(name), value)
+    with pytest.raises(SettingsError, match=_env(name)):
+        load_settings()
+
+
+def test_lists_read_commas_and_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HANGO_MEMORY_DEFAULT_SOURCES", " /memories/a.md , /memories/b.md ")
+    assert load_settings().memory_default_sources == ["/memories/a.md", "/memories/b.md"]
+    monkeypatch.setenv("HANGO_MEMORY_DEFAULT_SOURCES", '["/memories/c.md"]')
+    assert load_settings().memory_default_sources == ["/memories/c.md"]
+    monkeypatch.setenv("HANGO_SKILLS_DEFAULT_SOURCES", "/notes/")
+    with pytest.raises(SettingsError, match=r"HANGO_SKILLS_DEFAULT_SOURCES.*/skills/"):
+        load_settings()
