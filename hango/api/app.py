@@ -6,8 +6,8 @@ and ``/skills/``; a ``member`` reads everything in its tenant and writes elsewhe
 
 The contract, in the order a request is checked:
 
-- ``Authorization: Bearer <token>`` (``hango token create``) names a tenant and a role; none or an
-  unknown token is ``401``.
+- ``Authorization: Bearer <token>`` (``hango token create``) names a tenant and a role; none, or
+  an unknown, revoked or expired token is ``401``, before any of the body is read.
 - A file path is the URL path after ``/files`` and is *rejected, never resolved*: ``..``, ``.``,
   ``//``, an encoded slash ``%2F``, control or invisible characters are ``422`` naming the rule.
 - Another tenant's agent, or an agent that does not exist, is ``404`` (never ``403``: a caller
