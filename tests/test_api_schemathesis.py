@@ -44,6 +44,7 @@ OPERATIONS = [
     ("GET", FILE), ("PUT", FILE), ("PATCH", FILE), ("DELETE", FILE),
     ("GET", "/v1/agents/{agent_id}/files"), ("GET", "/v1/agents"),
     ("GET", "/v1/agents/{agent_id}"), ("PUT", "/v1/agents/{agent_id}"),
+    ("GET", "/v1/tokens"), ("POST", "/v1/tokens"), ("DELETE", "/v1/tokens/{token_id}"),
 ]
 
 
@@ -87,6 +88,7 @@ BEYOND_SCHEMA = (
     "segment is not allowed",  # '.' and '..' segments
     "give ?dir= or ?glob=, not both",  # mutually exclusive query parameters
     "invalid cursor",  # a cursor is opaque: only one the server handed out is valid
+    "is not in the future",  # a token's expires_at: "now" is not a JSON Schema keyword
 )
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -53,6 +54,37 @@ def test_tenant_token_and_agent(db: Database) -> None:
     assert saved.memory == ["/memories/AGENTS.md"]
 
 
+def test_token_expiry_list_and_revoke(db: Database, tenant: str) -> None:
+    """Issue 10.7: ``--expires``, ``hango token list`` (never the secret), ``hango token revoke``."""
+    created = hango("token", "create", tenant, "--role", "member", "--label", "ci bot",
+                    "--expires", "30d")
+    assert created.returncode == 0, created.stderr
+    secret = created.stdout.strip()
+    assert "\n" not in secret and "token id " in created.stderr  # stdout: the token alone
+    token_id = created.stderr.split("token id ")[1].split(",")[0]
+    forever = hango("token", "create", tenant, "--role", "owner").stdout.strip()
+
+    listed = hango("token", "list", tenant)
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = [line.split("\t") for line in listed.stdout.strip().splitlines()]
+    assert header == ["id", "role", "label", "created", "last_used", "expires"]
+    assert len(rows) == 2 and secret not in listed.stdout and forever not in listed.stdout
+    (mine,) = [r for r in rows if r[0] == token_id]
+    assert mine[1:3] == ["member", "ci bot"] and mine[4] == "never"
+    lifetime = datetime.fromisoformat(mine[5]) - datetime.fromisoformat(mine[3])
+    assert timedelta(days=29) < lifetime <= timedelta(days=30)
+
+    assert principal_for(db, secret) is not None
+    assert principal_for(db, forever) is not None
+    revoked = hango("token", "revoke", token_id)
+    assert revoked.returncode == 0 and f"revoked token {token_id} of tenant {tenant}" in \
+        revoked.stdout
+    assert principal_for(db, secret) is None  # 401 from the next request on
+    assert principal_for(db, forever) is not None
+    again = hango("token", "revoke", token_id)
+    assert again.returncode == 1 and "no token with id" in again.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -64,6 +96,11 @@ def test_tenant_token_and_agent(db: Database) -> None:
         (("agent", "create", "no-such-tenant", "x"), "no tenant 'no-such-tenant'"),
         (("token", "create", "no-such-tenant", "--role", "owner"), "hango tenant create"),
         (("tenant", "create", "Bad Name"), "tenant id 'Bad Name' must match"),
+        (("token", "create", "{t}", "--role", "owner", "--expires", "soon"),
+         "expiry 'soon' is neither a duration"),
+        (("token", "create", "{t}", "--role", "owner", "--expires", "2001-01-01"),
+         "is not in the future"),
+        (("token", "list", "no-such-tenant"), "no tenant 'no-such-tenant'"),
         (("agent", "create", "{t}", "Bad\n"), "agent id 'Bad\\n' must match"),
     ],
 )
@@ -121,8 +158,9 @@ def test_db_status_and_url_on_the_running_server(db: Database) -> None:
     assert psql.returncode == 0 and psql.stdout.strip() == "hango_app", psql.stderr
 
 
-def test_db_start_stop_on_a_private_data_dir(tmp_path: Path) -> None:
+def test_db_start_stop_on_a_private_data_dir(server_dir: Path) -> None:
     """A server of its own (never the shared one): stopped, started, used, stopped."""
+    tmp_path = server_dir  # not under pytest's tmp root (see conftest.server_dir)
     env = {"HANGO_DATA_DIR": str(tmp_path / "data"), "HANGO_DATABASE_NAME": "hango_cli"}
     if os.environ.get("HANGO_DATABASE_URL"):
         pytest.skip("HANGO_DATABASE_URL is set: there is no embedded server to start")

@@ -1,7 +1,8 @@
 """The database stops in the middle of a run and in the middle of an API write.
 
 These tests start their OWN embedded PostgreSQL server in a temporary data folder (database
-``faults``), so stopping it never disturbs the shared server the other tests use. The server is
+``faults``; outside pytest's temporary root, see ``server_dir`` in conftest.py), so stopping it
+never disturbs the shared server the other tests use. The server is
 stopped with ``pg_ctl stop -m fast`` (which terminates the sessions in flight, as a crash or an
 operator would) and started again the way the wheel starts it.
 
@@ -21,6 +22,8 @@ server, so the kill always lands inside the write's transaction.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -46,6 +49,7 @@ NOTE = "/notes/state.md"
 DOWN_TIMEOUT = 1.0  # while the server is down, a request reports the outage after this long
 OUTAGE = float(os.environ.get("HANGO_FAULTS_OUTAGE", "9"))  # seconds, for the longer outage
 UP_TIMEOUT = 5.0  # after a restart, hango's own pool timeout (db.py): the next request must work
+SLOW = 300  # seconds: a bound for waits that are quick on an idle machine, slow on a loaded one
 
 
 class Server:
@@ -56,15 +60,29 @@ class Server:
         self.data_dir: Path = db.data_dir
 
     def stop(self) -> None:
-        EmbeddedServer.pg_ctl(self.data_dir, "stop", "-m", "fast")
         self.db.pool.timeout = DOWN_TIMEOUT  # only so that the tests are quick
+        # -t: under heavy load the shutdown checkpoint may take longer than pg_ctl's default 60 s
+        EmbeddedServer.pg_ctl(self.data_dir, "stop", "-m", "fast", "-t", str(SLOW))
 
-    def start(self) -> None:
+    def start(self, wait_for_pool: bool = True) -> None:
+        """Start the server again; by default also wait (however long a loaded machine takes)
+        until the pool hands out a connection. Only the promptness test measures that wait."""
         uri = self.uri
         server = EmbeddedServer.get(self.data_dir)
+        deadline = time.monotonic() + SLOW
         with server._lock:  # the wheel's own start: same socket folder, so the same URI
-            server.ensure_postgres_running()
+            while True:
+                try:
+                    server.ensure_postgres_running()
+                    break
+                except subprocess.TimeoutExpired:
+                    # the wheel gives pg_ctl start 10 s; the server it launched keeps starting
+                    assert time.monotonic() < deadline, "the server did not start"
+                    time.sleep(0.5)
         assert self.uri == uri
+        if wait_for_pool:
+            with self.db.pool.connection(timeout=SLOW):
+                pass
         self.db.pool.timeout = UP_TIMEOUT
 
     @property
@@ -78,24 +96,28 @@ class Server:
         except psycopg.OperationalError:
             return False
 
-    def wait_for_lock_waiter(self, timeout: float = 10.0) -> None:
-        """Block until some session of this database is waiting on a lock."""
+    def wait_for_lock_waiter(self, blocker: psycopg.Connection[Any] | None = None,
+                             timeout: float = SLOW) -> None:
+        """Block until a session of this database waits on a lock (held by ``blocker``'s
+        session, if given: then it is exactly the write the test is about, not some other
+        waiter such as an autovacuum worker)."""
         deadline = time.monotonic() + timeout
+        query = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                 " AND wait_event_type = 'Lock'")
+        if blocker is not None:
+            query += f" AND {blocker.info.backend_pid} = ANY (pg_blocking_pids(pid))"
         with psycopg.connect(self.db.admin_conninfo, autocommit=True) as conn:
             while time.monotonic() < deadline:
-                row = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                ).fetchone()
+                row = conn.execute(query).fetchone()
                 if row and row[0] > 0:
                     return
                 time.sleep(0.01)
-        raise AssertionError("no session started waiting on the lock")
+        raise AssertionError(f"no session started waiting on the lock in {timeout} s")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data_dir = tmp_path_factory.mktemp("faults")
+def server(server_dir: Path) -> Iterator[Server]:
+    data_dir = server_dir
     # database_url=None: always the embedded server, even where HANGO_DATABASE_URL is set
     db = Database(load_settings(data_dir=data_dir, database_name="faults", database_url=None))
     assert db.pool.timeout == UP_TIMEOUT
@@ -166,11 +188,23 @@ def test_database_stops_inside_a_tools_transaction(server: Server,
     blocker = psycopg.connect(db.admin_conninfo)
     blocker.execute("SELECT 1 FROM agent_files WHERE tenant_id = %s AND path = %s FOR UPDATE",
                     [tenant, NOTE])
+    failed: list[BaseException] = []
 
     def kill_when_waiting() -> None:
-        server.wait_for_lock_waiter()
-        server.stop()
+        try:
+            server.wait_for_lock_waiter(blocker)
+            server.stop()
+        except BaseException as exc:  # seen by the test below, never lost in this thread
+            failed.append(exc)
+            blocker.cancel_safe()  # and the run must not wait on the lock for ever
+            blocker.close()
 
+    # Under load every step may be slow, so nothing here is bounded by a short timeout: the
+    # killer stops the server only once the edit waits on the blocker's lock, and the test
+    # goes on only once the killer is done (pg_ctl stop returned: the server is down). Before,
+    # killer.join(timeout=30) could return while pg_ctl was still stopping the server: start()
+    # then found the old postmaster shutting down, and the killer's late pool.timeout = 1 s
+    # could land after start() had restored it; a failed wait was lost in the thread.
     killer = threading.Thread(target=kill_when_waiting)
     killer.start()
     model = SimulatedModel(policy=[
@@ -180,8 +214,12 @@ def test_database_stops_inside_a_tools_transaction(server: Server,
         with pytest.raises(DatabaseError, match=r"^database unavailable: "):
             Agent(db, tenant, "a1", model).run("edit the note")
     finally:
-        killer.join(timeout=30)
+        killer.join(timeout=3 * SLOW)
         blocker.close()
+    assert not killer.is_alive(), "the killer thread did not finish"
+    if failed:
+        raise failed[0]
+    assert not server.running()
     server.start()
     assert state(db, tenant) == ("old", 1)  # the edit's transaction was rolled back whole
     result = Agent(db, tenant, "a1", SimulatedModel(policy=[
@@ -189,6 +227,24 @@ def test_database_stops_inside_a_tools_transaction(server: Server,
         "done"])).run("edit the note")
     assert result.text == "done"
     assert state(db, tenant) == ("new", 2)
+
+
+def test_another_pytest_session_does_not_cut_the_server_off(
+    server: Server, world: tuple[Database, str], tmp_path: Path
+) -> None:
+    """Issue 10.11: the tools-transaction test failed once "under heavy load", that is while
+    other pytest sessions ran on the machine. Starting one resets pytest's temporary root to
+    mode 0700 (and prunes old session folders); the server's data folder lay under it, so the
+    next ``pg_ctl stop``/``start``, run as the server's user, failed: Permission denied."""
+    (tmp_path / "test_other.py").write_text("def test_uses_tmp_path(tmp_path):\n    pass\n")
+    other = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            "-p", "no:randomly", str(tmp_path / "test_other.py")],
+                           capture_output=True, text=True, timeout=SLOW, cwd=tmp_path)
+    assert other.returncode == 0, other.stdout + other.stderr
+    db, tenant = world
+    server.stop()
+    server.start()
+    assert state(db, tenant) == ("old", 1)
 
 
 def test_a_run_that_starts_while_the_database_is_down(server: Server,
@@ -211,7 +267,7 @@ def test_the_pool_recovers_after_a_restart(server: Server, world: tuple[Database
             stack.enter_context(db.pool.connection())
     assert db.pool.get_stats()["pool_available"] >= 6
     server.stop()
-    server.start()
+    server.start(wait_for_pool=False)  # the reads below are the first to meet the pool
     backend = PostgresBackend(db, tenant, "a1")
     for _ in range(10):  # more reads than there were idle (now dead) connections
         assert backend.read(NOTE).content == "old"
@@ -234,7 +290,7 @@ def test_the_pool_recovers_promptly_after_a_longer_outage(
         with pytest.raises(DatabaseError):
             backend.read(NOTE)
         failures += 1
-    server.start()
+    server.start(wait_for_pool=False)
     started = time.monotonic()
     assert backend.read(NOTE).content == "old"
     took = time.monotonic() - started
@@ -291,7 +347,7 @@ def test_api_write_killed_in_flight_is_503_and_rolled_back(
         client.put(URL, content="x" * 100_000)))
     writer.start()
     try:
-        server.wait_for_lock_waiter()  # the PUT's INSERT ... ON CONFLICT waits on the row lock
+        server.wait_for_lock_waiter(blocker)  # the PUT's INSERT ... ON CONFLICT waits on it
         server.stop()
         writer.join(timeout=30)
     finally:

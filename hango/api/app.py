@@ -6,8 +6,8 @@ and ``/skills/``; a ``member`` reads everything in its tenant and writes elsewhe
 
 The contract, in the order a request is checked:
 
-- ``Authorization: Bearer <token>`` (``hango token create``) names a tenant and a role; none or an
-  unknown token is ``401``.
+- ``Authorization: Bearer <token>`` (``hango token create``) names a tenant and a role; none, or
+  an unknown, revoked or expired token is ``401``, before any of the body is read.
 - A file path is the URL path after ``/files`` and is *rejected, never resolved*: ``..``, ``.``,
   ``//``, an encoded slash ``%2F``, control or invisible characters are ``422`` naming the rule.
 - Another tenant's agent, or an agent that does not exist, is ``404`` (never ``403``: a caller
@@ -41,8 +41,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Annotated, Any, Literal
 from urllib.parse import unquote_to_bytes
 
 import psycopg
@@ -66,8 +67,12 @@ from hango.agents import (
     ID_PATTERN,
     AgentConfig,
     Principal,
+    TokenInfo,
     list_agents,
     load_agent,
+    owner_create_token,
+    owner_list_tokens,
+    owner_revoke_token,
     principal_for,
     save_agent,
 )
@@ -89,6 +94,9 @@ TEXT = "text/plain; charset=utf-8"
 
 
 # --- wire models -------------------------------------------------------------------------------
+
+
+_NO_NUL_SHAPE = r"^[^\x00]*$"
 
 
 class ErrorBody(BaseModel):
@@ -130,7 +138,7 @@ class EditBody(BaseModel):
 # --- errors ------------------------------------------------------------------------------------
 
 _DESCRIPTIONS = {
-    401: "No bearer token, or a token hango does not know.",
+    401: "No bearer token, or a token hango does not know, revoked or expired.",
     403: "The caller's role may not do this (the message names the rule).",
     404: "No such file, or no such agent in the caller's tenant.",
     409: "The edit's old text is missing or ambiguous (nothing was written), the file is not "
@@ -210,13 +218,17 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 
 def _db(request: Request) -> Database:
-    db: Database | None = request.app.state.hango_db
+    return _db_of(request.app)
+
+
+def _db_of(app: Any) -> Database:
+    db: Database | None = app.state.hango_db
     if db is None:
         try:
             db = get_database()
         except (psycopg.OperationalError, DatabaseError) as exc:
             raise DatabaseError(f"database unavailable: {exc}") from exc
-        request.app.state.hango_db = db
+        app.state.hango_db = db
     return db
 
 
@@ -229,17 +241,74 @@ def _principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
+    found = request.scope.get("state", {}).get("hango_principal")
+    if isinstance(found, Principal):  # Authenticate (below) already checked it, before the body
+        return found
     if credentials is None:
-        given = request.headers.get("authorization")
-        why = ("missing Authorization header" if given is None
-               else "the Authorization header is not 'Bearer <token>'")
-        raise HTTPException(401, f"{why}: send Authorization: Bearer <token>",
+        raise HTTPException(401, _no_bearer(request.headers.get("authorization")),
                             headers={"WWW-Authenticate": 'Bearer realm="hango"'})
     principal = principal_for(_db(request), credentials.credentials)
     if principal is None:
-        raise HTTPException(401, "unknown bearer token", headers={
+        raise HTTPException(401, _UNKNOWN_TOKEN, headers={
             "WWW-Authenticate": 'Bearer realm="hango", error="invalid_token"'})
     return principal
+
+
+_UNKNOWN_TOKEN = "unknown bearer token (or revoked, or expired)"
+
+
+def _no_bearer(given: str | None) -> str:
+    why = ("missing Authorization header" if given is None
+           else "the Authorization header is not 'Bearer <token>'")
+    return f"{why}: send Authorization: Bearer <token>"
+
+
+def _bearer_token(header: str | None) -> str | None:
+    """The token of ``Authorization: Bearer <token>`` (as FastAPI's HTTPBearer reads it)."""
+    scheme, _, token = (header or "").partition(" ")
+    return token if scheme.lower() == "bearer" and token else None
+
+
+class Authenticate:
+    """Every ``/v1/`` request is authenticated before a byte of its body is read.
+
+    FastAPI reads and parses a JSON body before it runs the route's dependencies, so without
+    this a request with no token and a malformed body got 422, telling an anonymous caller
+    about the body. Here a missing, unknown, revoked or expired token is 401 at once; a known
+    one is kept in the request's state for the route's ``_principal`` dependency (one lookup).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        header = Headers(scope=scope).get("authorization")
+        token = _bearer_token(header)
+        status, detail, challenge = 401, _no_bearer(header), 'Bearer realm="hango"'
+        if token is not None:
+            try:
+                db = _db_of(scope["app"])
+                principal = await run_in_threadpool(principal_for, db, token)
+            except (DatabaseError, psycopg.OperationalError) as exc:
+                message = str(exc) if isinstance(exc, DatabaseError) else \
+                    f"database unavailable: {exc}"
+                await JSONResponse({"detail": message}, 503, headers={"Retry-After": "5"})(
+                    scope, receive, send)
+                return
+            if principal is not None:
+                scope.setdefault("state", {})["hango_principal"] = principal
+                await self.app(scope, receive, send)
+                return
+            detail, challenge = _UNKNOWN_TOKEN, 'Bearer realm="hango", error="invalid_token"'
+        headers = {"WWW-Authenticate": challenge}
+        if Headers(scope=scope).get("content-length", "0") != "0" or \
+                "transfer-encoding" in Headers(scope=scope):
+            headers["Connection"] = "close"  # the unread body must not be taken for a request
+        response = JSONResponse({"detail": detail}, status, headers=headers)
+        await response(scope, receive, send)
 
 
 @dataclass(frozen=True)
@@ -597,6 +666,91 @@ def put_agent(
     return config
 
 
+# --- tokens: an owner's own tenant (issue 10.7) ------------------------------------------------
+
+
+class TokenOut(BaseModel):
+    """A token as it may be shown: never the secret."""
+
+    id: str
+    role: str
+    label: str
+    created_at: datetime
+    last_used_at: datetime | None = Field(description="Recorded at most once a minute.")
+    expires_at: datetime | None = Field(description="None: never expires.")
+
+    @classmethod
+    def of(cls, info: TokenInfo) -> TokenOut:
+        fields = asdict(info)
+        return cls(id=fields.pop("token_id"), **fields)
+
+
+class TokenList(BaseModel):
+    tokens: list[TokenOut]
+
+
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["owner", "admin", "member"]
+    label: str = Field(default="", max_length=200, json_schema_extra={"pattern": _NO_NUL_SHAPE})
+    expires_at: datetime | None = Field(
+        default=None, description="When it stops working (ISO 8601; UTC unless it says); "
+                                  "none: never.")
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="The secret: shown this once, stored only as a digest.")
+
+
+def _owner(request: Request, principal: Annotated[Principal, Depends(_principal)]) -> str:
+    """The caller's own token, if it is an owner's (the SQL functions check it again)."""
+    if principal.role != "owner":
+        raise HTTPException(403, f"only an owner may list, create or revoke tokens (this token "
+                                 f"is a {principal.role})")
+    token = _bearer_token(request.headers.get("authorization"))
+    assert token is not None  # _principal found it
+    return token
+
+
+def _gone() -> HTTPException:
+    return HTTPException(401, _UNKNOWN_TOKEN, headers={
+        "WWW-Authenticate": 'Bearer realm="hango", error="invalid_token"'})
+
+
+@router.get("/tokens", summary="The tokens of the caller's tenant (owner)",
+            response_model=TokenList, responses=_errors(403))
+def get_tokens(request: Request, caller: Annotated[str, Depends(_owner)]) -> TokenList:
+    return TokenList(tokens=[TokenOut.of(t) for t in owner_list_tokens(_db(request), caller)])
+
+
+@router.post("/tokens", summary="Create a token in the caller's tenant (owner)", status_code=201,
+             response_model=TokenCreated, responses=_errors(403, 409, 413))
+def post_token(request: Request, caller: Annotated[str, Depends(_owner)],
+               body: TokenCreate) -> TokenCreated:
+    try:
+        made = owner_create_token(_db(request), caller, body.role, body.label, body.expires_at)
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
+    except psycopg.errors.CheckViolation as exc:
+        raise HTTPException(409, str(exc.diag.message_primary or exc)) from None
+    if made is None:  # revoked or expired since Authenticate looked it up
+        raise _gone()
+    token, info = made
+    return TokenCreated(token=token, **TokenOut.of(info).model_dump())
+
+
+@router.delete("/tokens/{token_id}", summary="Revoke a token of the caller's tenant (owner)",
+               status_code=204, response_class=Response,
+               responses={204: {"description": "Revoked: it is 401 from now on."},
+                          **_errors(403, 404)})
+def delete_token(request: Request, caller: Annotated[str, Depends(_owner)],
+                 token_id: Annotated[str, UrlPath(pattern=r"^[0-9a-f]{1,64}$")]) -> Response:
+    if not owner_revoke_token(_db(request), caller, token_id):
+        raise HTTPException(404, f"no token {token_id!r} in this tenant")
+    return Response(status_code=204)
+
+
 # --- the app -----------------------------------------------------------------------------------
 
 
@@ -612,6 +766,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     app.state.hango_db = db
     app.state.hango_settings = settings
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(Authenticate)  # outermost: no body is read before the token is checked
     app.include_router(router)
 
     async def validation(request: Request, exc: Exception) -> JSONResponse:
