@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -224,7 +225,10 @@ def test_a_path_cannot_inject_attributes_or_tags(db: Database, tenant: str) -> N
     assert blocks[1].text.endswith("; left out: /memories/&lt;/memory>.md]\n</memory>")
 
 
-@settings(max_examples=300, deadline=None, database=None)
+EXAMPLES = int(os.environ.get("HANGO_FUZZ_EXAMPLES", "300"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None)
 @given(st.lists(st.sampled_from(["<", "/", " ", "\n", "\u200b", "memory", "MeMoRy", ">", "x",
                                  "&lt;", "<!--", "-->", '"', "é"]), max_size=40).map("".join),
        st.sampled_from(["/memories/AGENTS.md", '/memories/a"b.md', "/memories/</memory>.md",
