@@ -81,11 +81,24 @@ class AgentConfig(BaseModel):
 
     @field_validator("subagents")
     @classmethod
-    def _subagents(cls, value: list[str]) -> list[str]:
+    def _subagents(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        # The config does not hold its own id: save_agent validates with context={"agent_id"}.
+        me = (info.context or {}).get("agent_id")
         for i, name in enumerate(value):
             if not re.fullmatch(ID_PATTERN, name):
                 raise ValueError(f"subagents[{i}] {name!r} is not an agent id")
+            if name == me:
+                raise ValueError(f"subagents[{i}] {name!r} is this agent itself; an agent "
+                                 "cannot be its own subagent")
         return value
+
+    def for_agent(self, agent_id: str) -> AgentConfig:
+        """This config validated as agent ``agent_id``'s: refuses one that names itself a subagent.
+
+        Raises pydantic's ``ValidationError`` (a ``ValueError``) naming ``subagents[i]``. Longer
+        cycles (a -> b -> a) are legal configs; the ``task`` tool refuses them at run time.
+        """
+        return AgentConfig.model_validate(self.model_dump(), context={"agent_id": agent_id})
 
     def memory_sources(self, settings: Settings | None = None) -> list[str]:
         if self.memory is not None:
@@ -268,8 +281,8 @@ def owner_revoke_token(db: Database, caller: str, token_id: str) -> bool:
 def save_agent(db: Database, tenant_id: str, agent_id: str,
                config: AgentConfig | None = None) -> AgentConfig:
     """Create or replace an agent's config in its tenant."""
-    config = config or AgentConfig()
     _check_id("agent id", agent_id)
+    config = (config or AgentConfig()).for_agent(agent_id)
     with db.tenant(tenant_id) as conn:
         conn.execute(
             """INSERT INTO agents (tenant_id, agent_id, config) VALUES (%s, %s, %s)

@@ -46,6 +46,13 @@ class Settings(BaseSettings):
     memory_max_bytes: int = Field(default=65536, ge=1, le=16 * 1024 * 1024)
     skills_default_sources: Annotated[list[str], NoDecode] = ["/skills/"]
     skills_max: int = Field(default=100, ge=1, le=100_000)
+    # Bytes of the rendered skills index (header, one line per skill, footer). Claude Code's
+    # budget for skill descriptions is "1% of the context window, with a fallback of 8,000
+    # characters", earlier "2% / 16,000" (notes/skills-and-memory-conventions.md §2.5); 16 KiB is
+    # about 4,000 tokens, 2% of a 200k-token window. See hango/agent/skills.py.
+    skills_index_max_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
+    # How many levels of subagents below the agent a run starts with (a -> b is depth 1).
+    subagent_max_depth: int = Field(default=3, ge=0, le=16)
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=1, le=65535)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1)

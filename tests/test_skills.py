@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from hango.agent.frontmatter import FrontmatterError, parse
+from hango.agent.hooks import RunContext
 from hango.agent.runtime import Agent
-from hango.agent.skills import INDEX_FOOTER, Skill, render_index
+from hango.agent.skills import INDEX_FOOTER, Skill, SkillsMiddleware, render_index
 from hango.agents import AgentConfig, save_agent
 from hango.db import Database
 from hango.fs.backend import PostgresBackend
 from hango.models.simulated import SimulatedModel, tool_call
 from hango.settings import load_settings
-from hango.telemetry import EVENT_SKILL_INVALID, EVENT_SKILL_TOOLS_NARROWED
+from hango.telemetry import EVENT_SKILL_INVALID, EVENT_SKILL_TOOLS_NARROWED, Telemetry
 
 BODY = "STEP 1: the secret instructions of this skill, which must stay out of the prompt."
 
@@ -71,7 +77,8 @@ def test_dangerous_tool_is_never_callable(db: Database, tenant: str) -> None:
     )
     result = Agent(db, tenant, "a1", model).run("use ops")
     narrowed = [e for e in result.events if e.name == EVENT_SKILL_TOOLS_NARROWED]
-    assert [e.attributes for e in narrowed] == [{"skill": "ops", "dropped": ["dangerous_tool"]}]
+    assert [e.attributes for e in narrowed] == [
+        {"skill": "ops", "dropped": ["dangerous_tool"], "remaining": ["read_file"]}]
     outcomes = [r for m in result.messages for r in m.tool_results]
     assert outcomes[0].is_error and "not in this agent's allowlist" in outcomes[0].content
     assert not outcomes[1].is_error
@@ -205,3 +212,93 @@ def test_the_scan_itself_is_bounded_by_the_cap(backend: PostgresBackend) -> None
     assert reader.bytes_read <= 3 * HEAD_BYTES  # the cap + 1 heads, never a body, never all six
     assert any("more than HANGO_SKILLS_MAX=2" in w and "/skills/s0/SKILL.md" in w
                for w in ctx.warnings)
+
+
+# --- the index has a size budget (issue 10, point 9) ------------------------------------------
+
+
+def test_index_budget_leaves_out_skills_in_name_order_with_one_warning(
+        backend: PostgresBackend, db: Database) -> None:
+    """100 descriptions of 1,024 characters were ~100 KB in every request; now at most the budget."""
+    for i in range(100):
+        backend.write(f"/skills/s{i:03d}/SKILL.md", skill_md(f"s{i:03d}", f"{i:03d} " + "d" * 1020))
+    results = [Agent(db, backend.tenant_id, "a1", SimulatedModel()).run("hi") for _ in range(2)]
+    index = index_of(results[0])
+    assert len(index.encode()) <= 16 * 1024  # the default HANGO_SKILLS_INDEX_MAX_BYTES
+    kept = [line.split(" — ")[0].removeprefix("- ") for line in index.split("\n")[1:-1]]
+    assert kept == [f"s{i:03d}" for i in range(len(kept))] and 10 <= len(kept) < 100
+    assert results[0].skills_count == len(kept)
+    budget = [w for w in results[0].warnings if "HANGO_SKILLS_INDEX_MAX_BYTES" in w]
+    assert budget == [f"{100 - len(kept)} skill(s) over HANGO_SKILLS_INDEX_MAX_BYTES=16384 left "
+                      "out (the index keeps the first skills by name that fit): "
+                      + ", ".join(f"s{i:03d}" for i in range(len(kept), 100))]
+    assert index_of(results[1]) == index  # the same skills every run
+
+
+def test_index_budget_counts_the_rendered_bytes(backend: PostgresBackend, db: Database) -> None:
+    for name in ("a", "b", "c"):
+        backend.write(f"/skills/{name}/SKILL.md", skill_md(name, "é" * 400))  # 800 bytes each
+    settings = load_settings(skills_index_max_bytes=2048)
+    result = Agent(db, backend.tenant_id, "a1", SimulatedModel(), settings=settings).run("hi")
+    index = index_of(result)
+    assert len(index.encode()) <= 2048 < len(index.encode()) + 820
+    assert "- b —" in index and "- c —" not in index
+    assert ("1 skill(s) over HANGO_SKILLS_INDEX_MAX_BYTES=2048 left out (the index keeps the "
+            "first skills by name that fit): c") in result.warnings
+
+
+# --- warnings that say what happened (issue 16, point 8) --------------------------------------
+
+
+def test_a_name_that_differs_from_its_folder_warns_and_is_indexed(backend: PostgresBackend,
+                                                                  db: Database) -> None:
+    backend.write("/skills/pdf-tools/SKILL.md", skill_md("pdf", "PDF things."))
+    backend.write("/skills/csv/SKILL.md", skill_md("csv", "CSV things."))
+    result = Agent(db, backend.tenant_id, "a1", SimulatedModel()).run("hi")
+    assert "- pdf — PDF things. (/skills/pdf-tools/SKILL.md)" in index_of(result)
+    assert [w for w in result.warnings if "differs from its folder" in w] == [
+        "skill /skills/pdf-tools/SKILL.md: name 'pdf' differs from its folder 'pdf-tools' (the "
+        "Agent Skills spec requires them to match); indexed as 'pdf', rename one of them"]
+
+
+CORPUS = Path(__file__).resolve().parent / "data" / "skills-corpus" / "files"
+
+
+def test_the_corpus_indexes_as_before_and_only_its_one_mismatch_warns(db: Database,
+                                                                      tenant: str) -> None:
+    save_agent(db, tenant, "a1")
+    fs = PostgresBackend(db, tenant, "a1")
+    names = set()
+    for file in sorted(CORPUS.rglob("SKILL.md")):
+        try:
+            names.add(parse(file.read_bytes()).name)
+        except FrontmatterError:
+            continue
+        fs.write(f"/skills/{file.relative_to(CORPUS)}", file.read_bytes().decode("utf-8"))
+    stack = SkillsMiddleware(index_max_bytes=1024 * 1024)  # the whole corpus, budget aside
+    ctx = RunContext(tenant, "a1", AgentConfig(), fs, "r", frozenset(), Telemetry())
+    stack.before_run(ctx)
+    assert {s.name for s in ctx.state(stack.key).skills} == names  # every valid file's name
+    assert [w for w in ctx.warnings if "differs from its folder" in w] == [
+        "skill /skills/anthropics__skills/template/SKILL.md: name 'template-skill' differs from "
+        "its folder 'template' (the Agent Skills spec requires them to match); indexed as "
+        "'template-skill', rename one of them"]
+
+
+@pytest.mark.parametrize("declared", ["allowed-tools: write_file\n", "allowed-tools: []\n"])
+def test_a_skill_that_narrows_to_nothing_says_the_agent_can_call_no_tool(
+        db: Database, tenant: str, declared: str) -> None:
+    save_agent(db, tenant, "a1", AgentConfig(tools=["read_file", "ls"]))
+    fs = PostgresBackend(db, tenant, "a1")
+    fs.write("/skills/frozen/SKILL.md", skill_md("frozen", "Stops everything.", declared))
+    model = SimulatedModel(policy=[[tool_call("read_file", {"path": "/skills/frozen/SKILL.md"})],
+                                   [tool_call("ls", {"path": "/"})], "stuck"])
+    result = Agent(db, tenant, "a1", model).run("go")
+    (warning,) = [w for w in result.warnings if "skill 'frozen'" in w]
+    assert warning.endswith("; after reading it the agent can call no tool for the rest of the run")
+    (event,) = [e for e in result.events if e.name == EVENT_SKILL_TOOLS_NARROWED]
+    assert event.attributes["remaining"] == []
+    read, ls = [r for m in result.messages for r in m.tool_results]
+    assert not read.is_error and ls.is_error
+    assert ls.content == ("refused: tool 'ls': the skill(s) in use (frozen) allow no tool, so "
+                          "after reading them the agent can call no tool for the rest of the run")

@@ -17,6 +17,39 @@ HTML comments: ``<!-- ... -->`` is removed wherever it appears, including inside
 (the file is treated as text, not parsed as Markdown, so a comment in a fence is a comment too).
 An *unterminated* ``<!--`` is kept as written: dropping everything after it would silently
 hide the rest of the file, which is the worse surprise.
+
+Over the cap, the words say what happened to each source: the one source cut part-way is
+**truncated** (its block ends with a ``[... truncated: ...]`` marker); a source none of which is
+in the prompt is **left out** (named in the marker, or at the end of the last block, and in a
+warning). A source left out whole is never called truncated.
+
+Framing that file content cannot break. Each source is framed as::
+
+    <memory path="/memories/AGENTS.md">
+    ...the file, as written...
+    </memory>
+
+Content is untrusted text (any owner or admin, or a tool, may have written it), so a file must
+not be able to close its own frame (``</memory>``) or open a forged one
+(``<memory path="/memories/admin.md">``). The choices were:
+
+- *Escape all markup* (``<`` to ``&lt;``, ``&`` to ``&amp;``): then every code sample, comparison
+  and HTML snippet the owner wrote reaches the model as entities (``a &lt; b``), which it then
+  reads, and may copy, differently from what the file says.
+- *A per-block fence the content does not contain* (a nonce in the tag): the content is
+  untouched, but the prompt must be byte-stable from run to run (it is cached), so the nonce
+  would have to come from the content; and the model would still *read* a literal
+  ``</memory>`` in the middle of the block. A model does not parse tags; it reads them.
+- *Neutralise only the frame's own tag* (chosen): every ``<`` that begins ``memory`` or
+  ``/memory`` (any case, with spaces or invisible characters between) is written ``&lt;``. The
+  model still gets the one frame it knows, the content is byte for byte what the author wrote
+  except at those spots, and a mention of the tag reads as a mention (``&lt;/memory>`` is the
+  usual way to write a tag in prose). The path is an attribute value, escaped as XML escapes
+  one (``&``, ``"``, ``<``, ``>``): a valid path may contain a quote.
+
+The escape is applied before the cap is counted, so the cap bounds what the model reads. The
+price: a file that literally contains ``&lt;/memory>`` reads the same as one containing
+``</memory>``; neither can close the frame. ``read_file`` still returns the file as written.
 """
 
 from __future__ import annotations
@@ -37,8 +70,14 @@ from hango.telemetry import (
 )
 
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+# A "<" that a reader would take for the start of the frame's own tag. Between "<", "/" and
+# "memory": whitespace, and the invisible characters (soft hyphen, zero-width, BOM) that would
+# hide a tag from a plain substring check but not from a reader.
+_INVISIBLE = r"[\s\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]*"
+_FRAME_TAG = re.compile(rf"<(?={_INVISIBLE}/?{_INVISIBLE}memory)", re.IGNORECASE)
 TRUNCATION_MARKER = (
     "\n[... truncated: {path} is {size} bytes; HANGO_MEMORY_MAX_BYTES={cap}{left_out}]")
+LEFT_OUT_MARKER = "\n[... left out: {paths}; HANGO_MEMORY_MAX_BYTES={cap}]"
 
 
 @dataclass
@@ -53,6 +92,22 @@ class MemoryState:
 def strip_comments(text: str) -> str:
     """Remove every complete ``<!-- ... -->``; an unterminated one is left as written."""
     return _COMMENT.sub("", text)
+
+
+def frame_safe(text: str) -> str:
+    """``text`` with every ``<`` that would start a ``<memory``/``</memory`` tag as ``&lt;``."""
+    return _FRAME_TAG.sub("&lt;", text)
+
+
+def frame(path: str, text: str) -> str:
+    """One memory block: ``text`` (already :func:`frame_safe`) inside its path's frame."""
+    attr = (path.replace("&", "&amp;").replace('"', "&quot;")
+            .replace("<", "&lt;").replace(">", "&gt;"))
+    return f'<memory path="{attr}">\n{text}\n</memory>'
+
+
+def _bytes(text: str) -> int:
+    return len(text.encode("utf-8"))
 
 
 def cut_utf8(text: str, max_bytes: int) -> str:
@@ -97,24 +152,16 @@ class MemoryMiddleware:
                              event=EVENT_MEMORY_MISSING, path=path)
             budget = self.max_bytes
             for i, data in enumerate(present):
-                text = strip_comments(data.content)
-                if not data.truncated and len(text.encode("utf-8")) <= budget:
-                    budget -= len(text.encode("utf-8"))
+                text = frame_safe(strip_comments(data.content))
+                if not data.truncated and _bytes(text) <= budget:
+                    budget -= _bytes(text)
                     state.loaded.append((data.path, text))
                     continue
-                # Over the cap: cut this source, name the ones after it, and stop. The marker
-                # is inside the budget, so the model always sees where its memory was cut.
+                # Over the cap: cut this source (or leave it out whole when none of it fits),
+                # leave out the ones after it, and stop.
                 state.truncated = True
-                left_out = [d.path for d in present[i + 1:]]
-                marker = TRUNCATION_MARKER.format(
-                    path=data.path, size=data.size, cap=self.max_bytes,
-                    left_out=f"; left out: {', '.join(left_out)}" if left_out else "")
-                room = budget - len(marker.encode("utf-8"))
-                if room >= 0:
-                    state.loaded.append((data.path, cut_utf8(text, room) + marker))
-                ctx.warn(f"memory source {data.path} truncated at HANGO_MEMORY_MAX_BYTES="
-                         f"{self.max_bytes}" + (f"; left out: {', '.join(left_out)}"
-                                                if left_out else ""))
+                self._over_cap(ctx, state, data.path, data.size, text, budget,
+                               [d.path for d in present[i + 1:]])
                 break
             total = sum(len(t.encode("utf-8")) for _, t in state.loaded)
             ctx.memory_bytes = total
@@ -123,6 +170,29 @@ class MemoryMiddleware:
             span.set_attribute(ATTR_MEMORY_BYTES, total)
         ctx.telemetry.record_memory_load(time.perf_counter() - started, total, len(state.loaded))
 
+    def _over_cap(self, ctx: RunContext, state: MemoryState, path: str, size: int, text: str,
+                  budget: int, after: list[str]) -> None:
+        """The source that does not fit: truncated if some of it fits, else left out whole.
+
+        Every marker is inside the budget, so the model sees where its memory stops whenever
+        there is room to say so; the warning says it always.
+        """
+        cap = self.max_bytes
+        left_out = f"; left out: {', '.join(after)}" if after else ""
+        marker = frame_safe(TRUNCATION_MARKER.format(path=path, size=size, cap=cap,
+                                                     left_out=left_out))
+        kept = cut_utf8(text, budget - _bytes(marker)) if budget > _bytes(marker) else ""
+        if kept:
+            state.loaded.append((path, kept + marker))
+            ctx.warn(f"memory source {path} truncated at HANGO_MEMORY_MAX_BYTES={cap}{left_out}")
+            return
+        whole = [path, *after]
+        notice = frame_safe(LEFT_OUT_MARKER.format(paths=", ".join(whole), cap=cap))
+        if state.loaded and _bytes(notice) <= budget:  # said at the end of the last block
+            last_path, last_text = state.loaded[-1]
+            state.loaded[-1] = (last_path, last_text + notice)
+        ctx.warn(f"memory source{'s' if after else ''} {', '.join(whole)} left out whole at "
+                 f"HANGO_MEMORY_MAX_BYTES={cap}: no room for any of {'them' if after else 'it'}")
+
     def system_blocks(self, ctx: RunContext) -> Sequence[Block]:
-        return [Block(f"<memory path=\"{path}\">\n{text}\n</memory>", path)
-                for path, text in ctx.state(self.key).loaded]
+        return [Block(frame(path, text), path) for path, text in ctx.state(self.key).loaded]

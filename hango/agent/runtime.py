@@ -80,6 +80,7 @@ class Agent:
         child_models: Mapping[str, Model] | None = None,
         extra_tools: Sequence[Tool] = (),
         run_ids: Callable[[], str] | None = None,
+        lineage: tuple[str, ...] = (),
     ) -> None:
         self.db = db
         self.tenant_id = tenant_id
@@ -92,6 +93,7 @@ class Agent:
         self._config = config
         self._stack_builder = stack or default_stack
         self._run_ids = run_ids or (lambda: uuid.uuid4().hex[:16])
+        self.lineage = lineage  # the agents whose task calls led here, outermost first
 
     def load_config(self) -> AgentConfig:
         if self._config is not None:
@@ -162,12 +164,12 @@ class Agent:
             span.set_attribute("hango.tool.error", result.is_error)
         return result
 
-    def child(self, agent_id: str) -> Agent:
+    def child(self, agent_id: str, lineage: tuple[str, ...] = ()) -> Agent:
         """A subagent: built from its own config, its own namespace, its own (empty) state."""
         return Agent(self.db, self.tenant_id, agent_id,
                      self.child_models.get(agent_id, self.model), stack=self._stack_builder,
                      telemetry=self.telemetry, settings=self.settings,
-                     child_models=self.child_models, run_ids=self._run_ids)
+                     child_models=self.child_models, run_ids=self._run_ids, lineage=lineage)
 
 
 def _execute(ctx: RunContext, tool: Tool, call: ToolCall) -> ToolResult:

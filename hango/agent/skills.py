@@ -10,9 +10,28 @@ The rules, each with a warning the caller can read in ``RunResult.warnings``:
 - a later source overrides an earlier one's skill of the same name (last source wins);
 - an invalid file is skipped (``agent.skill_invalid``); one bad skill never fails a run;
 - at most ``HANGO_SKILLS_MAX`` skills, by name; the ones left out are named;
+- at most ``HANGO_SKILLS_INDEX_MAX_BYTES`` (default 16 KiB) of rendered index: the skills are
+  taken in name order while their lines fit, and the rest are left out, all named in ONE warning.
+  The count cap alone let 100 descriptions of 1,024 characters put ~100 KB into every request.
+  The default follows Claude Code, whose skill listing gets "1% of the context window, with a
+  fallback of 8,000 characters" (earlier 15,000, then 2% / 16,000 characters;
+  code.claude.com/docs/en/skills, quoted in notes/skills-and-memory-conventions.md §2.5):
+  16 KiB is about 4,000 tokens, 2% of a 200k-token window, room for ~50 skills with typical
+  ~250-character descriptions. Claude Code shortens descriptions to fit; hango keeps each line
+  whole and leaves out whole skills, so what the model reads of a skill is never half a sentence,
+  and the index is a prefix of the name order (the same skills every run, whatever the sizes);
+- a ``name`` that differs from its folder's name is a warning, and the skill is still indexed
+  under its ``name``. The Agent Skills spec says the name "must match the parent directory name",
+  but its client guide recommends lenient loading (a mismatch warns, the skill loads), as
+  deepagents does; Claude Code needs no name at all. Of the 91 valid files in the vendored corpus
+  (tests/data/skills-corpus) one mismatches: anthropics/skills ``template/`` names itself
+  ``template-skill``. Skipping it would make a working, published skill vanish over a naming rule;
+  the warning tells the author what to rename;
 - ``allowed_tools`` only narrows: a skill's effective tools are ``allowed_tools ∩ allowlist``,
   and the rest are dropped (``agent.skill_tools_narrowed``). A skill file is content an agent
-  or a user can write, so it must never be able to grant a tool.
+  or a user can write, so it must never be able to grant a tool. When nothing is left (every
+  tool dropped, or an empty list declared), the warning says so: after reading that skill the
+  agent can call no tool for the rest of the run.
 
 While a skill is in use: once the agent has read a skill's ``SKILL.md`` in a run, and that skill
 declares ``allowed_tools``, calls outside its effective set are refused until the run ends. Read
@@ -22,6 +41,7 @@ a second such skill and the two sets intersect: in a run, the callable set only 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -79,10 +99,27 @@ def one_line(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def index_line(skill: Skill) -> str:
+    return f"- {one_line(skill.name)} — {one_line(skill.description)} ({one_line(skill.path)})"
+
+
 def render_index(skills: Sequence[Skill]) -> str:
-    lines = [f"- {one_line(s.name)} — {one_line(s.description)} ({one_line(s.path)})"
-             for s in skills]
-    return "\n".join([INDEX_HEADER, *lines, INDEX_FOOTER])
+    return "\n".join([INDEX_HEADER, *(index_line(s) for s in skills), INDEX_FOOTER])
+
+
+def within_budget(skills: Sequence[Skill], max_bytes: int) -> int:
+    """How many of ``skills``, taken in order, fit in a rendered index of ``max_bytes``."""
+    used = len(INDEX_HEADER.encode()) + 1 + len(INDEX_FOOTER.encode())  # joined by newlines
+    for i, skill in enumerate(skills):
+        used += len(index_line(skill).encode("utf-8")) + 1
+        if used > max_bytes:
+            return i
+    return len(skills)
+
+
+def folder_of(path: str) -> str:
+    """The folder a ``SKILL.md`` is in: ``pdf`` for ``/skills/team/pdf/SKILL.md``."""
+    return path.rsplit("/", 2)[-2]
 
 
 class SkillsMiddleware:
@@ -91,10 +128,12 @@ class SkillsMiddleware:
     name = "skills"
 
     def __init__(self, sources: Sequence[str] | None = None, max_skills: int | None = None,
-                 settings: Settings | None = None) -> None:
+                 settings: Settings | None = None, index_max_bytes: int | None = None) -> None:
         self.sources = list(sources) if sources is not None else None
         self._settings = settings
         self.max_skills = max_skills if max_skills is not None else self.settings.skills_max
+        self.index_max_bytes = (index_max_bytes if index_max_bytes is not None
+                                else self.settings.skills_index_max_bytes)
         self.key: StateKey[SkillsState] = StateKey("skills", SkillsState)
 
     @property
@@ -138,6 +177,13 @@ class SkillsMiddleware:
                 ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_MAX={self.max_skills} "
                          f"left out: {', '.join(dropped)}")
                 ordered = ordered[: self.max_skills]
+            fit = within_budget(ordered, self.index_max_bytes)
+            if fit < len(ordered):
+                dropped = [s.name for s in ordered[fit:]]
+                ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_INDEX_MAX_BYTES="
+                         f"{self.index_max_bytes} left out (the index keeps the first skills by "
+                         f"name that fit): {', '.join(dropped)}")
+                ordered = ordered[:fit]
             for skill in ordered:
                 self._narrow(ctx, skill)
             state.skills = ordered
@@ -155,6 +201,11 @@ class SkillsMiddleware:
             return None
         for warning in fm.warnings:
             ctx.warn(f"skill {path}: {warning}")
+        folder = folder_of(path)
+        if unicodedata.normalize("NFKC", fm.name) != unicodedata.normalize("NFKC", folder):
+            ctx.warn(f"skill {path}: name '{fm.name}' differs from its folder '{folder}' (the "
+                     "Agent Skills spec requires them to match); indexed as "
+                     f"'{fm.name}', rename one of them")
         effective = None
         if fm.allowed_tools is not None:
             effective = tuple(t for t in fm.allowed_tools if t in ctx.allowlist)
@@ -164,10 +215,17 @@ class SkillsMiddleware:
         if skill.allowed_tools is None or skill.effective_tools is None:
             return
         dropped = [t for t in skill.allowed_tools if t not in skill.effective_tools]
+        nothing = ("; after reading it the agent can call no tool for the rest of the run"
+                   if not skill.effective_tools else "")
         if dropped:
             ctx.warn(f"skill {skill.name!r} ({skill.path}): allowed_tools {dropped} are not in "
-                     "the agent's allowlist and were dropped (a skill can only narrow)",
-                     event=EVENT_SKILL_TOOLS_NARROWED, skill=skill.name, dropped=dropped)
+                     f"the agent's allowlist and were dropped (a skill can only narrow){nothing}",
+                     event=EVENT_SKILL_TOOLS_NARROWED, skill=skill.name, dropped=dropped,
+                     remaining=list(skill.effective_tools))
+        elif nothing:  # declared empty: nothing dropped, and still nothing left to call
+            ctx.warn(f"skill {skill.name!r} ({skill.path}): allowed_tools is empty{nothing}",
+                     event=EVENT_SKILL_TOOLS_NARROWED, skill=skill.name, dropped=[],
+                     remaining=[])
 
     def system_blocks(self, ctx: RunContext) -> Sequence[Block]:
         skills = ctx.state(self.key).skills
@@ -176,9 +234,14 @@ class SkillsMiddleware:
     def wrap_tool_call(self, ctx: RunContext, call: ToolCall, call_next: ToolCallNext) -> ToolResult:
         state = ctx.state(self.key)
         if state.active is not None and call.name not in state.active:
+            in_use = ", ".join(state.in_use)
+            if not state.active:
+                return ToolResult(call.id, f"refused: tool {call.name!r}: the skill(s) in use "
+                                  f"({in_use}) allow no tool, so after reading them the agent "
+                                  "can call no tool for the rest of the run", is_error=True)
             return ToolResult(call.id, f"refused: tool {call.name!r} is outside the tools of the "
-                              f"skill(s) in use ({', '.join(state.in_use)}): "
-                              f"{sorted(state.active)}", is_error=True)
+                              f"skill(s) in use ({in_use}): {sorted(state.active)}",
+                              is_error=True)
         result = call_next(call)
         if call.name == "read_file" and not result.is_error:
             path = call.arguments.get("path")

@@ -4,6 +4,18 @@ The child is built from *its own* config (its allowlist, its memory and skills s
 in its own namespace ``{tenant_id, child_id}``, and starts with a new run context, so its
 private state (memory blocks, skills index) is empty. Nothing flows back but the answer text:
 not its prompt, not its memory, not its skills metadata.
+
+Chains are bounded. Each agent knows its ``lineage``: the agents whose ``task`` calls led to it,
+outermost first. Before a child runs, the chain ``lineage -> this agent -> child`` is checked:
+
+- a child already in the chain closes a **cycle** (``a -> b -> a``): refused;
+- a chain deeper than ``HANGO_SUBAGENT_MAX_DEPTH`` (default 3; ``a -> b`` is depth 1): refused.
+
+Both are *tool errors* that name the chain, so the model that asked reads why and can answer
+without it; the run goes on. Without them, two agents naming each other recursed until Python's
+recursion limit, about 49 levels down, where the error surfaced inside the connection pool and the
+run ended as "database unavailable". ``AgentConfig`` refuses a config naming itself when it is
+saved; the cycle check also catches such a config stored before that rule existed.
 """
 
 from __future__ import annotations
@@ -44,5 +56,22 @@ class SubagentMiddleware:
         if child_id not in ctx.config.subagents:
             raise ValueError(f"{child_id!r} is not one of this agent's subagents "
                              f"({', '.join(ctx.config.subagents)})")
-        result = self.parent.child(child_id).run(description)
+        lineage = (*self.parent.lineage, ctx.agent_id)
+        check_chain(lineage, child_id, self.parent.settings.subagent_max_depth)
+        result = self.parent.child(child_id, lineage=lineage).run(description)
         return result.text
+
+
+def check_chain(lineage: tuple[str, ...], child_id: str, max_depth: int) -> None:
+    """Refuse to run ``child_id`` below ``lineage`` when that closes a cycle or goes too deep.
+
+    ``lineage`` ends with the agent calling ``task``; the child would run at depth
+    ``len(lineage)`` (the agent a run was started on is depth 0).
+    """
+    chain = " -> ".join((*lineage, child_id))
+    if child_id in lineage:
+        raise ValueError(f"subagent chain {chain} is a cycle: {child_id!r} is already running "
+                         "higher up the chain, so it was not started again")
+    if len(lineage) > max_depth:
+        raise ValueError(f"subagent depth {len(lineage)} exceeds HANGO_SUBAGENT_MAX_DEPTH="
+                         f"{max_depth}: {chain}")

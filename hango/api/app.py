@@ -55,7 +55,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import Headers
@@ -660,6 +660,11 @@ def put_agent(
     if agent.principal.role not in ("owner", "admin"):
         raise HTTPException(403, "only an owner or admin may create or replace an agent's "
                                  f"config (this token is a {agent.principal.role})")
+    try:  # what the body alone cannot say: an agent may not name itself as its subagent
+        config = config.for_agent(agent.agent_id)
+    except ValidationError as exc:
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])}
+                                      for e in exc.errors()]) from None
     existed = agent.exists()
     save_agent(agent.db, agent.principal.tenant_id, agent.agent_id, config)
     response.status_code = 200 if existed else 201
