@@ -12,6 +12,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from hango.agents import AgentConfig, save_agent
@@ -445,7 +446,7 @@ def _06_3(course: Course, conversation: Any = None,
           predicted: Sequence[str | None] | None = None) -> str:
     model, responses = _conversation(conversation, "conversation")
     starts = [t.started for t in model.traces[-3:]]
-    if len(starts) < 3 or [b - a for a, b in zip(starts, starts[1:])] != [300, 299]:
+    if len(starts) < 3 or [b - a for a, b in pairwise(starts)] != [300, 299]:
         raise NotYet(f"the last three calls started at {starts}: wait 300 s, ask, wait 299 s, ask")
     actual = [r.diagnostics.miss_reason if r.diagnostics else None for r in responses[-2:]]
     if predicted is None or list(predicted) != actual:
@@ -463,7 +464,7 @@ def _06_4(course: Course, conversation: Any = None,
     if model.refresh != "all":
         raise NotYet(f"the model reads refresh={model.refresh!r}: pass refresh='all'")
     traces = model.traces[-3:]
-    waits = [b.started - a.started for a, b in zip(model.traces[-4:], traces)]
+    waits = [b - a for a, b in pairwise(t.started for t in model.traces[-4:])]
     if len(traces) < 3 or waits != [290, 290, 301]:
         raise NotYet(f"the last three turns waited {waits}: wait 290, 290 and 301 s")
     entries = model.store.for_model(model.name)
