@@ -65,3 +65,25 @@ def test_a_right_answer_passes(course: Course, capsys: pytest.CaptureFixture[str
     check("05.2", course, with_empty_list=set(), without_key={"read_file", "ls"})
     out = capsys.readouterr().out
     assert out.startswith("PASS 01.2") and "\nPASS 05.2" in out and "NOT YET" not in out
+
+
+def test_a_cache_check_compares_with_what_the_model_really_did(
+        course: Course, capsys: pytest.CaptureFixture[str]) -> None:
+    """06.3: the prediction is checked against the simulator's own verdict on each call."""
+    from types import SimpleNamespace
+
+    from hango.models.simulated import SimulatedModel
+
+    clock = [0.0]
+    model = SimulatedModel(policy=["a", "b", "c"], clock=lambda: clock[0], min_cacheable=1)
+    agent = course.agent(model)
+    results = [agent.run("one")]
+    for wait in (300, 299):
+        clock[0] += wait
+        results.append(agent.run("next", history=results[-1].messages))
+    conversation = SimpleNamespace(model=model,
+                                   responses=[r for run in results for r in run.responses])
+    check("06.3", course, conversation=conversation, predicted=[None, None])
+    check("06.3", course, conversation=conversation, predicted=["expired", None])
+    out = capsys.readouterr().out
+    assert out.startswith("NOT YET 06.3: ") and "\nPASS 06.3: after 300 s: expired" in out
