@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -49,6 +49,15 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=1, le=65535)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1)
+    # Agent-written memory (issue 13): the tenant default for agents whose config names none.
+    reserved_writes: Literal["refuse", "ask"] = Field(
+        default="refuse", description="An agent's write under /memories/ or /skills/: refused, "
+        "or a proposal an owner or admin decides.")
+    proposals_max_pending: int = Field(default=20, ge=1, le=10_000)
+    model: str = Field(default="hango-sim-1", min_length=1, description="The model of runs over "
+                       "HTTP: hango-sim-1 (offline) or a claude-* name (needs the anthropic extra "
+                       "and ANTHROPIC_API_KEY).")
+    run_max_seconds: float = Field(default=120.0, gt=0, le=3600)
 
     @field_validator("memory_default_sources", "skills_default_sources", mode="before")
     @classmethod

@@ -42,7 +42,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -76,6 +76,11 @@ SPAN_SKILLS_INDEX = "agent.skills_index"
 EVENT_MEMORY_MISSING = "agent.memory_missing"
 EVENT_SKILL_INVALID = "agent.skill_invalid"
 EVENT_SKILL_TOOLS_NARROWED = "agent.skill_tools_narrowed"
+SPAN_DECIDE = "agent.proposal_decide"  # an owner's or admin's approve or reject
+EVENT_PROPOSAL_CREATED = "agent.proposal_created"  # an ask-mode write became a proposal
+EVENT_PROPOSAL_DECIDED = "agent.proposal_decided"  # approved, approved with edits, rejected
+EVENT_RUN_INTERRUPTED = "agent.run_interrupted"
+EVENT_RUN_RESUMED = "agent.run_resumed"
 
 # --- hango attributes ----------------------------------------------------------------------------
 ATTR_MEMORY_SOURCES = "hango.memory.sources"  # span: the source paths that were loaded
@@ -83,6 +88,10 @@ ATTR_MEMORY_BYTES = "hango.memory.bytes"
 ATTR_MEMORY_SOURCE_COUNT = "hango.memory.source_count"  # metric attribute: how many loaded
 ATTR_SKILLS_COUNT = "hango.skills.count"
 ATTR_SKILLS_INVALID = "hango.skills.invalid"
+ATTR_RUN_STATUS = "hango.run.status"  # on agent.run: done, interrupted or failed
+ATTR_PROPOSAL_ID = "hango.proposal.id"
+ATTR_PROPOSAL_OUTCOME = "hango.proposal.outcome"  # metric attribute, see PROPOSAL_OUTCOMES
+PROPOSAL_OUTCOMES = ("proposed", "approved", "approved_with_edits", "rejected", "conflict")
 ATTR_CACHE_READ_RATIO = "hango.cache.read_ratio"
 ATTR_CACHE_MISS_REASON = "hango.cache.miss_reason"
 ATTR_CACHE_MISSED_INPUT_TOKENS = "hango.cache.missed_input_tokens"
@@ -128,6 +137,7 @@ METRIC_SKILLS_INDEXED = "hango.skills.indexed"
 METRIC_SKILLS_INVALID = "hango.skills.invalid"
 METRIC_CACHE_READ_RATIO = "hango.cache.read_ratio"
 METRIC_TOKENS = "hango.tokens"
+METRIC_PROPOSALS = "hango.proposals"
 
 MEMORY_LOAD_DURATION_BUCKETS_S: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -168,8 +178,41 @@ INSTRUMENTS: tuple[InstrumentSpec, ...] = (
     InstrumentSpec(METRIC_TOKENS, "counter", "{token}",
                    "Tokens by kind; kinds are disjoint (input is the uncached tail)",
                    (ATTR_TOKEN_KIND, GEN_AI_REQUEST_MODEL)),
+    InstrumentSpec(METRIC_PROPOSALS, "counter", "{proposal}",
+                   "Agent writes under a reserved prefix in ask mode, by outcome",
+                   (ATTR_PROPOSAL_OUTCOME,)),
 )
 _SPECS = {spec.name: spec for spec in INSTRUMENTS}
+
+
+@dataclass(frozen=True)
+class RunAttribute:
+    """Where a value a feature published in ``RunContext.attributes`` goes."""
+
+    log: str  # its field in the run's log line
+    chat: bool = True  # also on every chat span
+    langfuse: str = ""  # mirrored as langfuse.observation.metadata.<this> (filterable there)
+
+
+# The features' attributes, in log-line order. The runtime copies ctx.attributes without knowing
+# these names; an attribute missing here still reaches the chat span and the log line as is.
+RUN_ATTRIBUTES: dict[str, RunAttribute] = {
+    ATTR_MEMORY_SOURCES: RunAttribute("memory_sources", chat=False),
+    ATTR_MEMORY_BYTES: RunAttribute("memory_bytes", langfuse="memory_bytes"),
+    ATTR_SKILLS_COUNT: RunAttribute("skills_indexed", langfuse="skills_count"),
+    ATTR_SKILLS_INVALID: RunAttribute("skills_invalid", chat=False),
+}
+_ORDER = {name: i for i, name in enumerate(RUN_ATTRIBUTES)}
+
+
+def published(attributes: Mapping[str, Any], short: str) -> Any:
+    """A published value by its short name (``memory_bytes``, ``skills_count``), 0 if absent.
+
+    Lets ``result.memory_bytes`` keep working while the runtime knows no feature's name."""
+    for name, where in RUN_ATTRIBUTES.items():
+        if short in (where.log, where.langfuse):
+            return attributes.get(name, 0)
+    raise AttributeError(short)
 
 # --- OTLP -> Prometheus names (Prometheus' default UnderscoreEscapingWithSuffixes) ---------------
 _PROM_UNITS = {
@@ -284,6 +327,8 @@ class Telemetry:
             explicit_bucket_boundaries_advisory=CACHE_READ_RATIO_BUCKETS)
         self._tokens = m.create_counter(
             METRIC_TOKENS, s[METRIC_TOKENS].unit, s[METRIC_TOKENS].description)
+        self._proposals = m.create_counter(
+            METRIC_PROPOSALS, s[METRIC_PROPOSALS].unit, s[METRIC_PROPOSALS].description)
 
     # spans
     @contextmanager
@@ -315,29 +360,35 @@ class Telemetry:
             GEN_AI_REQUEST_MAX_TOKENS: request.max_tokens,
         })
 
-    def record_chat(self, span: Span, response: Response, *, model: str, memory_bytes: int,
-                    skills_count: int) -> None:
-        """Usage, cache and prompt-growth attributes on the chat span, plus the token metrics."""
+    def record_chat(self, span: Span, response: Response, *, model: str,
+                    attributes: Mapping[str, Any]) -> None:
+        """Usage, cache and prompt-growth attributes on the chat span, plus the token metrics.
+
+        ``attributes`` is what the run's features published (``RunContext.attributes``); the
+        catalogue (:data:`RUN_ATTRIBUTES`) decides which go on the chat span and their Langfuse
+        mirror. One not in the catalogue goes on the span under its own name."""
         usage = response.usage
-        attributes: dict[str, Any] = {
+        out: dict[str, Any] = {
             GEN_AI_RESPONSE_MODEL: response.model or model,
             GEN_AI_RESPONSE_FINISH_REASONS: [response.stop_reason],
             GEN_AI_USAGE_INPUT_TOKENS: usage.total_input_tokens,
             GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
             GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: usage.cache_read_input_tokens,
             GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS: usage.cache_creation_input_tokens,
-            ATTR_MEMORY_BYTES: memory_bytes,
-            ATTR_SKILLS_COUNT: skills_count,
-            LANGFUSE_METADATA_MEMORY_BYTES: memory_bytes,
-            LANGFUSE_METADATA_SKILLS_COUNT: skills_count,
             ATTR_CACHE_READ_RATIO: usage.read_ratio,
         }
+        for name, value in attributes.items():
+            where = RUN_ATTRIBUTES.get(name)
+            if where is None or where.chat:
+                out[name] = value
+            if where is not None and where.langfuse:
+                out[LANGFUSE_METADATA_PREFIX + where.langfuse] = value
         diagnostics = response.diagnostics
         if diagnostics is not None and diagnostics.miss_reason is not None:
-            attributes[ATTR_CACHE_MISS_REASON] = diagnostics.miss_reason
-            attributes[ATTR_CACHE_MISSED_INPUT_TOKENS] = diagnostics.missed_input_tokens
-            attributes[LANGFUSE_METADATA_CACHE_MISS_REASON] = diagnostics.miss_reason
-        span.set_attributes(_clean(attributes))
+            out[ATTR_CACHE_MISS_REASON] = diagnostics.miss_reason
+            out[ATTR_CACHE_MISSED_INPUT_TOKENS] = diagnostics.missed_input_tokens
+            out[LANGFUSE_METADATA_CACHE_MISS_REASON] = diagnostics.miss_reason
+        span.set_attributes(_clean(out))
 
         by_kind = {"input": usage.input_tokens,
                    "cache_creation": usage.cache_creation_input_tokens,
@@ -369,18 +420,20 @@ class Telemetry:
         self._skills_indexed.set(indexed)
         self._skills_invalid.add(invalid)
 
+    def record_proposal(self, outcome: str) -> None:
+        """One proposal event by outcome (:data:`PROPOSAL_OUTCOMES`)."""
+        self._proposals.add(1, {ATTR_PROPOSAL_OUTCOME: outcome})
+
     # logs
-    def log_run(self, *, agent_id: str, run_id: str, memory_sources: Sequence[str],
-                memory_bytes: int, skills_indexed: int, skills_invalid: int) -> None:
-        """ONE info line per run: human-readable ``key=value``, the same fields as ``extra``."""
-        fields: dict[str, Any] = {
-            "agent_id": agent_id,
-            "run_id": run_id,
-            "memory_sources": list(memory_sources),
-            "memory_bytes": memory_bytes,
-            "skills_indexed": skills_indexed,
-            "skills_invalid": skills_invalid,
-        }
+    def log_run(self, *, agent_id: str, run_id: str, attributes: Mapping[str, Any]) -> None:
+        """ONE info line per run: human-readable ``key=value``, the same fields as ``extra``.
+
+        ``attributes`` is what the run's features published; each becomes a field named by the
+        catalogue (:data:`RUN_ATTRIBUTES`), in catalogue order, then any others by their name."""
+        fields: dict[str, Any] = {"agent_id": agent_id, "run_id": run_id}
+        for name in sorted(attributes, key=_catalogue_order):
+            where = RUN_ATTRIBUTES.get(name)
+            fields[where.log if where else _field_name(name)] = attributes[name]
         text = " ".join(f"{k}={_logfmt(v)}" for k, v in fields.items())
         extra = dict(fields)
         context = trace.get_current_span().get_span_context()
@@ -388,6 +441,14 @@ class Telemetry:
             extra["trace_id"] = trace.format_trace_id(context.trace_id)
             extra["span_id"] = trace.format_span_id(context.span_id)
         self.logger.info("hango run %s", text, extra=extra)
+
+
+def _catalogue_order(name: str) -> tuple[int, str]:
+    return (_ORDER.get(name, len(_ORDER)), name)
+
+
+def _field_name(attribute: str) -> str:
+    return attribute.removeprefix("hango.").replace(".", "_")
 
 
 def _logfmt(value: Any) -> str:

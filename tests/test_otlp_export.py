@@ -168,8 +168,7 @@ def emit(tel: t.Telemetry) -> None:
                     "ok", usage=usage, model="claude-test", diagnostics=CacheDiagnostics("messages_changed")
                 ),
                 model="claude-test",
-                memory_bytes=2048,
-                skills_count=3,
+                attributes={"hango.memory.bytes": 2048, "hango.skills.count": 3},
             )
             with tel.tool_span("read_file", "toolu_1"):
                 pass

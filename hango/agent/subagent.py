@@ -9,13 +9,25 @@ not its prompt, not its memory, not its skills metadata.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hango.agent.hooks import RunContext, Tool
 from hango.models.base import ToolSpec
 
-if TYPE_CHECKING:
-    from hango.agent.runtime import Agent
+
+class _Answer(Protocol):
+    text: str
+
+
+class _Runnable(Protocol):
+    def run(self, prompt: str) -> _Answer: ...
+
+
+class Parent(Protocol):
+    """What the task tool needs of the agent it serves (an ``Agent``), without importing it:
+    the runtime imports the stack, which imports this module, never the other way round."""
+
+    def child(self, agent_id: str) -> _Runnable: ...
 
 TASK_SPEC = ToolSpec(
     "task",
@@ -31,7 +43,7 @@ class SubagentMiddleware:
 
     name = "subagents"
 
-    def __init__(self, parent: Agent) -> None:
+    def __init__(self, parent: Parent) -> None:
         self.parent = parent
 
     def tools(self, ctx: RunContext) -> Sequence[Tool]:
