@@ -558,6 +558,9 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     app.state.hango_db = db
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(router)
+    from hango.api.runs import router as runs_router  # runs.py builds on this module's deps
+
+    app.include_router(runs_router)
 
     async def validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
