@@ -67,8 +67,8 @@ STATUS = {"final": "done", "interrupted": "interrupted"}  # any other stop reaso
 class RunResult:
     """What a run returns: the answer, and everything needed to see why.
 
-    ``attributes`` is what the features published (``hango.memory.bytes``, ...), by telemetry
-    name; ``result.memory_bytes`` and the like read it by short name.
+    ``attributes`` is what the features published, keyed by telemetry attribute name; the
+    short names of the catalogue (``hango.telemetry.RUN_ATTRIBUTES``) read as attributes too.
     """
 
     text: str
@@ -314,7 +314,7 @@ class Agent:
 
     def _replay(self, ctx: RunContext, stack: Stack, messages: Sequence[Message]) -> None:
         """Pass the calls made before the interrupt through the tool wrappers again with their
-        recorded results, so wrapper state (the skill in use) is what it was. Nothing runs."""
+        recorded results, so a wrapper's state (what it narrowed) is what it was. Nothing runs."""
         recorded = {r.call_id: r for m in messages for r in m.tool_results}
         for m in messages:
             for call in m.tool_calls:
