@@ -157,6 +157,7 @@ def emit(tel: t.Telemetry) -> None:
             with tel.span(t.SPAN_SKILLS_INDEX, **{t.ATTR_SKILLS_COUNT: 3}):
                 pass
             tel.record_skills(3, 1)
+            tel.record_proposal("proposed")
         request = Request(model="claude-test", tools=(), system=(), messages=())
         with tel.chat_span(request, "anthropic") as span:
             usage = Usage(

@@ -562,3 +562,16 @@ def test_cli_proposals(db: Database, t: T, capsys: pytest.CaptureFixture[str]) -
     assert main(["proposals", "show", t.id, "a1", "nope"]) == 1
     shown = t.owner.get(f"/proposals/{one}").json()
     assert shown["decided_by"] == "cli:ana"
+
+
+@pytest.mark.parametrize(("field", "value", "variable"), [
+    ("reserved_writes", "maybe", "HANGO_RESERVED_WRITES"),
+    ("proposals_max_pending", 0, "HANGO_PROPOSALS_MAX_PENDING"),
+    ("run_max_seconds", 0, "HANGO_RUN_MAX_SECONDS"),
+    ("model", "", "HANGO_MODEL"),
+])
+def test_bad_settings_name_their_variable(field: str, value: object, variable: str) -> None:
+    from hango.settings import SettingsError
+
+    with pytest.raises(SettingsError, match=variable):
+        load_settings(**{field: value})

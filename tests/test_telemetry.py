@@ -318,6 +318,7 @@ def test_every_instrument_is_created_with_its_spec(otel: Otel) -> None:
     one_run(otel.telemetry)
     otel.telemetry.record_memory_load(0.01, 10, 1)
     otel.telemetry.record_skills(1, 0)
+    otel.telemetry.record_proposal("proposed")
     got = otel.metrics()
     kinds = {"counter": Sum, "histogram": Histogram, "gauge": Gauge}
     assert set(got) == {spec.name for spec in t.INSTRUMENTS}
@@ -408,6 +409,7 @@ def test_prometheus_series_of_hango_instruments() -> None:
             "hango_cache_read_ratio_count",
         ),
         "hango.tokens": ("hango_tokens_total",),
+        "hango.proposals": ("hango_proposals_total",),
     }
     assert t.prometheus_label("hango.token.kind") == "hango_token_kind"
     assert t.prometheus_label("gen_ai.request.model") == "gen_ai_request_model"
