@@ -436,7 +436,7 @@ def _kill_when_waiting(db: Database, lock_sql: str, params: list[Any], action: A
         def go() -> None:
             try:
                 action()
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 caught.append(exc)
 
         thread = threading.Thread(target=go)

@@ -87,6 +87,10 @@ def one_run(tel: t.Telemetry) -> None:
                 pass
 
 
+GROWTH0 = {"hango.memory.bytes": 0, "hango.skills.count": 0}
+GROWTH1 = {"hango.memory.bytes": 1, "hango.skills.count": 1}
+
+
 # --- spans ----------------------------------------------------------------------------------------
 def test_span_names_kinds_and_parentage(otel: Otel) -> None:
     one_run(otel.telemetry)
@@ -178,7 +182,7 @@ def test_chat_span_attributes(otel: Otel) -> None:
 def test_chat_without_diagnostics_or_response_model(otel: Otel) -> None:
     with otel.telemetry.chat_span(request("m1"), "simulated") as span:
         otel.telemetry.record_chat(
-            span, response(Usage(5, 0, 0, 1), model=""), model="m1", attributes={"hango.memory.bytes": 0, "hango.skills.count": 0}
+            span, response(Usage(5, 0, 0, 1), model=""), model="m1", attributes=GROWTH0
         )
     attrs = dict(otel.spans()["chat m1"].attributes or {})
     assert attrs["gen_ai.response.model"] == "m1"
@@ -224,7 +228,7 @@ def test_noop_providers_do_nothing_and_raise_nothing() -> None:
     with tel.span(t.SPAN_RUN) as span:
         assert not span.is_recording()
         with tel.chat_span(request(), "anthropic") as chat:
-            tel.record_chat(chat, response(Usage(1, 2, 3, 4)), model="m", attributes={"hango.memory.bytes": 1, "hango.skills.count": 1})
+            tel.record_chat(chat, response(Usage(1, 2, 3, 4)), model="m", attributes=GROWTH1)
     tel.record_memory_load(0.1, 10, 1)
     tel.record_skills(1, 0)
 
@@ -252,7 +256,7 @@ def test_token_counter_by_kind_and_read_ratio(otel: Otel) -> None:
     calls = [Usage(10, 1000, 0, 50), Usage(20, 30, 1000, 60), Usage(0, 0, 0, 0)]
     for usage in calls:
         with tel.chat_span(request(), "anthropic") as span:
-            tel.record_chat(span, response(usage), model="claude-test", attributes={"hango.memory.bytes": 0, "hango.skills.count": 0})
+            tel.record_chat(span, response(usage), model="claude-test", attributes=GROWTH0)
     got = otel.metrics()
 
     tokens = got[t.METRIC_TOKENS]
