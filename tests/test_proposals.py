@@ -575,3 +575,26 @@ def test_bad_settings_name_their_variable(field: str, value: object, variable: s
 
     with pytest.raises(SettingsError, match=variable):
         load_settings(**{field: value})
+
+
+def test_a_model_failure_is_502_and_a_subagent_proposal_is_reported(db: Database) -> None:
+    tid = create_tenant(db, "p-" + uuid.uuid4().hex[:12])
+    save_agent(db, tid, "lead", AgentConfig(tools=["task"], subagents=["scribe"]))
+    save_agent(db, tid, "scribe", AgentConfig(reserved_writes="ask"))
+    app = create_app(db)
+    app.state.hango_model = SimulatedModel(policy=[])  # no reply left: the model raises
+    url, stop = serve_in_thread(app)
+    try:
+        token = create_token(db, tid, "member")
+        r = httpx.post(f"{url}/v1/agents/lead/runs", json={"prompt": "hi"},
+                       headers={"Authorization": f"Bearer {token}"})
+    finally:
+        stop()
+    assert r.status_code == 502 and "the model hango-sim-1 failed" in r.json()["detail"]
+    lead = Agent(db, tid, "lead", SimulatedModel(policy=[
+        [tool_call("task", {"agent": "scribe", "description": do(write(MEMORY, "x"))})],
+        lambda request: request.messages[-1].tool_results[0].content]),
+        child_models={"scribe": SimulatedModel(policy=policy)})
+    result = lead.run("go")
+    assert result.status == "done" and "scribe proposed a write" in result.text
+    assert [p.agent_id for p in proposals.list_proposals(db, tid, "scribe")] == ["scribe"]

@@ -16,7 +16,12 @@ from hango.models.base import ToolSpec
 
 
 class _Answer(Protocol):
-    text: str
+    @property
+    def text(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
 
 
 class _Runnable(Protocol):
@@ -57,4 +62,7 @@ class SubagentMiddleware:
             raise ValueError(f"{child_id!r} is not one of this agent's subagents "
                              f"({', '.join(ctx.config.subagents)})")
         result = self.parent.child(child_id).run(description)
+        if result.status == "interrupted":  # its own run waits for an owner's decision
+            return (f"{child_id} proposed a write to its memory or skills; its run "
+                    f"{result.run_id} waits for an owner or admin to decide, then resume it")
         return result.text

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hango.agent import proposals, runs
 from hango.agent.runtime import Agent, summary
 from hango.api.app import ErrorBody, _Agent, _agent
+from hango.db import DatabaseError
 from hango.fs.path import ReservedPathError
 from hango.models.base import Model
 from hango.models.simulated import SimulatedModel
@@ -161,12 +162,18 @@ def _out(result: dict[str, Any], run_id: str, status: str) -> RunOut:
 
 
 @router.post("/agents/{agent_id}/runs", summary="Run the agent in the server (any role)",
-             response_model=RunOut, status_code=201, responses=_err(413))
+             response_model=RunOut, status_code=201, responses=_err(413, 502))
 def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
                body: RunBody) -> RunOut:
     if not agent.exists():
         raise agent.no_agent()
-    result = _server_agent(request, agent).run(body.prompt, record=True)
+    server_agent = _server_agent(request, agent)
+    try:
+        result = server_agent.run(body.prompt, record=True)
+    except (DatabaseError, HTTPException):
+        raise
+    except Exception as exc:  # the model (or its API) failed: say so, never a bare 500
+        raise HTTPException(502, f"the model {server_agent.model.name} failed: {exc}") from None
     return _out(summary(result), result.run_id, result.status)
 
 
@@ -184,7 +191,7 @@ def get_run(agent: Annotated[_Agent, Depends(_agent)], run_id: RunId) -> RunOut:
 
 @router.post("/agents/{agent_id}/runs/{run_id}/resume",
              summary="Continue an interrupted run once its proposal is decided (any role)",
-             response_model=RunOut, responses=_err(409))
+             response_model=RunOut, responses=_err(409, 502))
 def resume_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
                run_id: RunId) -> RunOut:
     try:
@@ -193,6 +200,10 @@ def resume_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
         raise agent.missing(str(exc)) from None
     except runs.RunError as exc:  # pending, already resumed, config changed
         raise HTTPException(409, str(exc)) from None
+    except (DatabaseError, HTTPException):
+        raise
+    except Exception as exc:  # the model failed; the run stays interrupted, resumable again
+        raise HTTPException(502, f"the model failed while resuming {run_id}: {exc}") from None
     return _out(summary(result, {}), result.run_id, result.status)
 
 
