@@ -68,7 +68,8 @@ class ProposalOut(BaseModel):
     path: str
     operation: str
     base_version: int | None
-    content: str
+    content: str | None = Field(description="The proposed content (in a listing: null; show one "
+                                            "proposal to read it).")
     skill: dict[str, Any] | None = Field(
         description="For a SKILL.md: its name, or why it is invalid, and dropped_tools: the "
                     "allowed_tools this agent's allowlist would drop.")
@@ -214,7 +215,8 @@ def _proposal(p: proposals.Proposal, diff: str | None = None) -> ProposalOut:
     return ProposalOut(**proposals.view(p), diff=diff)
 
 
-@router.get("/agents/{agent_id}/proposals", summary="Proposals (owner or admin)",
+@router.get("/agents/{agent_id}/proposals",
+            summary="Proposals, oldest first, at most 100 (owner or admin)",
             response_model=ProposalList, responses=_err(403))
 def list_proposals(
     request: Request, agent: Annotated[_Agent, Depends(_agent)],
@@ -225,7 +227,9 @@ def list_proposals(
                                      None if status == "all" else status)
     if not found and not agent.exists():
         raise agent.no_agent()
-    return ProposalList(proposals=[_proposal(p) for p in found])
+    # A listing leaves the contents out: 100 proposals of up to a file cap each is not a page.
+    return ProposalList(proposals=[_proposal(p).model_copy(update={"content": None})
+                                   for p in found])
 
 
 @router.get("/agents/{agent_id}/proposals/{proposal_id}",
