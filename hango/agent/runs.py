@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Protocol
 
 from psycopg.types.json import Jsonb
 
 from hango.db import Database
-from hango.models.base import Block, Breakpoint, Message, ToolCall, ToolResult
+from hango.models.base import (
+    Block,
+    Breakpoint,
+    Message,
+    Response,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 
 CLAIM_SECONDS = 600  # a resume that died (its process killed) frees its claim after this long
 
@@ -80,6 +88,44 @@ def breakpoints_to_json(marks: tuple[Breakpoint, ...]) -> list[dict[str, Any]]:
 
 def breakpoints_from_json(items: list[dict[str, Any]]) -> tuple[Breakpoint, ...]:
     return tuple(Breakpoint(b["tier"], b["index"], b["ttl"]) for b in items)
+
+
+def snapshot(messages: list[Message], frozen: tuple[tuple[Block, ...], tuple[Breakpoint, ...]],
+             config_digest: str, steps: int, proposal_id: str | None,
+             done: list[ToolResult], pending: ToolCall, rest: list[ToolCall]) -> dict[str, Any]:
+    """What resume needs, as JSON: the conversation, the system blocks and breakpoints to keep,
+    and the interrupted turn (results so far, the pending call, the calls after it)."""
+    return {"messages": [message_to_json(m) for m in messages],
+            "system": blocks_to_json(frozen[0]), "breakpoints": breakpoints_to_json(frozen[1]),
+            "digest": config_digest, "steps": steps, "proposal_id": proposal_id,
+            "turn": {"done": [asdict(r) for r in done], "pending": call_to_json(pending),
+                     "rest": [call_to_json(c) for c in rest]}}
+
+
+class _Outcome(Protocol):
+    text: str
+    stop_reason: str
+    responses: list[Response]
+    warnings: list[str]
+    interrupt: dict[str, Any] | None
+    trace_id: str
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def usage(self) -> Usage: ...
+
+
+def summary(result: _Outcome, saved: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A run's outcome as kept in ``runs.result`` and answered over HTTP."""
+    calls = [{"input_tokens": r.usage.input_tokens,
+              "cache_creation_input_tokens": r.usage.cache_creation_input_tokens,
+              "cache_read_input_tokens": r.usage.cache_read_input_tokens,
+              "output_tokens": r.usage.output_tokens} for r in result.responses]
+    return {"status": result.status, "stop_reason": result.stop_reason, "text": result.text,
+            "usage": calls, "cache_read_ratio": result.usage.read_ratio,
+            "warnings": list(result.warnings), "interrupt": result.interrupt,
+            "trace_id": result.trace_id, "resumed": saved is not None}
 
 
 # --- the store ---------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opentelemetry import trace
@@ -211,11 +211,11 @@ class Agent:
             tel.log_run(agent_id=self.agent_id, run_id=ctx.run_id, attributes=ctx.attributes)
         if result.status == "interrupted":
             with self.db.tenant(self.tenant_id) as conn:
-                runs.set_result(conn, self.tenant_id, run_id, summary(result, saved))
+                runs.set_result(conn, self.tenant_id, run_id, runs.summary(result, saved))
         elif record or saved is not None:
             with self.db.tenant(self.tenant_id) as conn:
                 runs.save(conn, self.tenant_id, self.agent_id, run_id, result.status, None,
-                          summary(result, saved))
+                          runs.summary(result, saved))
         return result
 
     def _loop(self, ctx: RunContext, stack: Stack, config: AgentConfig,
@@ -288,16 +288,9 @@ class Agent:
                 results.append(self._run_tool(ctx, stack, tools, call))
             except Interrupt as interrupt:
                 assert frozen is not None
-                state = {
-                    "messages": [runs.message_to_json(m) for m in messages],
-                    "system": runs.blocks_to_json(frozen[0]),
-                    "breakpoints": runs.breakpoints_to_json(frozen[1]),
-                    "digest": runs.digest(ctx.config.model_dump_json(), self.model.name),
-                    "steps": steps, "proposal_id": interrupt.payload.get("proposal_id"),
-                    "turn": {"done": [asdict(r) for r in results],
-                             "pending": runs.call_to_json(call),
-                             "rest": [runs.call_to_json(c) for c in calls[i + 1:]]},
-                }
+                state = runs.snapshot(
+                    messages, frozen, runs.digest(ctx.config.model_dump_json(), self.model.name),
+                    steps, interrupt.payload.get("proposal_id"), results, call, calls[i + 1:])
                 try:
                     with self.db.tenant(self.tenant_id) as conn:
                         runs.save(conn, self.tenant_id, self.agent_id, ctx.run_id,
@@ -347,18 +340,6 @@ class Agent:
                      self.child_models.get(agent_id, self.model), stack=self._stack_builder,
                      telemetry=self.telemetry, settings=self.settings,
                      child_models=self.child_models, run_ids=self._run_ids)
-
-
-def summary(result: RunResult, saved: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A run's outcome as kept in ``runs.result`` and answered over HTTP."""
-    calls = [{"input_tokens": r.usage.input_tokens,
-              "cache_creation_input_tokens": r.usage.cache_creation_input_tokens,
-              "cache_read_input_tokens": r.usage.cache_read_input_tokens,
-              "output_tokens": r.usage.output_tokens} for r in result.responses]
-    return {"status": result.status, "stop_reason": result.stop_reason, "text": result.text,
-            "usage": calls, "cache_read_ratio": result.usage.read_ratio,
-            "warnings": list(result.warnings), "interrupt": result.interrupt,
-            "trace_id": result.trace_id, "resumed": saved is not None}
 
 
 def _execute(ctx: RunContext, tool: Tool, call: ToolCall) -> ToolResult:

@@ -26,7 +26,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from hango.agent import proposals, runs
-from hango.agent.runtime import Agent, summary
+from hango.agent.runs import summary
+from hango.agent.runtime import Agent
 from hango.api.app import ErrorBody, _Agent, _agent
 from hango.db import DatabaseError
 from hango.fs.path import ReservedPathError
