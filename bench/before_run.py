@@ -259,7 +259,9 @@ def bench(db: Database, tmp: Path, args: argparse.Namespace) -> None:
     skills = SkillsMiddleware(max_skills=100)
     hango = hango_before_run(db, "s100", skills)
     ctx = hango()
-    assert ctx.skills_count == 100 and ctx.memory_bytes == MEMORY_BYTES, ctx
+    published = ctx.attributes
+    assert published["hango.skills.count"] == 100, ctx
+    assert published["hango.memory.bytes"] == MEMORY_BYTES, ctx
     da = deepagents_before_agent(tmp / "s100")
     with select_1(db) as round_trip:
         # Round trips in bursts of 8: the unit is a back-to-back round trip (a lone one right

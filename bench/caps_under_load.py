@@ -62,8 +62,8 @@ def fill(db: Database, agent: str, skills: int, memory_bytes: int) -> None:
 
 def before_run(db: Database, agent: str, settings: Settings,
                read: list[int]) -> Callable[[], RunContext]:
-    skills = SkillsMiddleware(settings=settings)
-    memory = MemoryMiddleware(settings=settings)
+    skills = SkillsMiddleware(max_skills=settings.skills_max)
+    memory = MemoryMiddleware(max_bytes=settings.memory_max_bytes)
     config = AgentConfig()
     telemetry = Telemetry()
 
@@ -129,8 +129,9 @@ def main() -> None:
         big = before_run(db, "big", settings, read_big)
         small = before_run(db, "small", settings, read_small)
         ctx = big()
-        print(f"big run: {ctx.skills_count} skills indexed (HANGO_SKILLS_MAX="
-              f"{settings.skills_max}), {ctx.memory_bytes} B of memory (HANGO_MEMORY_MAX_BYTES="
+        skills, memory = ctx.attributes["hango.skills.count"], ctx.attributes["hango.memory.bytes"]
+        print(f"big run: {skills} skills indexed (HANGO_SKILLS_MAX="
+              f"{settings.skills_max}), {memory} B of memory (HANGO_MEMORY_MAX_BYTES="
               f"{settings.memory_max_bytes}), {read_big[-1]} B read from the database")
         with select_1(db) as round_trip:
             times = interleaved({"rt": (round_trip, 8), "big": (big, 1), "small": (small, 1)},

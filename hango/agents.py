@@ -13,7 +13,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
 
@@ -53,6 +53,10 @@ class AgentConfig(BaseModel):
     subagents: list[AgentRef] = Field(default_factory=list,
                                       description="Agents the task tool may run.")
     max_steps: int = Field(default=12, ge=1, le=200)
+    reserved_writes: Literal["refuse", "ask"] | None = Field(
+        default=None, description="An agent write under /memories/ or /skills/: refuse (the "
+        "phase-8 rule) or ask (a proposal an owner or admin decides); none: the tenant default "
+        "HANGO_RESERVED_WRITES.")
 
     @field_validator("system_prompt")
     @classmethod

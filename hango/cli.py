@@ -32,6 +32,7 @@ from hango.agents import (
     create_tenant,
     expiry_from,
     list_tokens,
+    load_agent,
     mint_token,
     revoke_token,
     save_agent,
@@ -294,6 +295,8 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
             fields[key] = value
     if args.system_prompt is not None:
         fields["system_prompt"] = args.system_prompt
+    if getattr(args, "reserved_writes", None) is not None:
+        fields["reserved_writes"] = args.reserved_writes
     try:
         config = AgentConfig(**fields)
     except ValidationError as exc:
@@ -331,6 +334,8 @@ def cmd_files(args: argparse.Namespace, settings: Settings) -> int:
     for line in report.lines():
         print(line)
     return 0 if report.ok else 1
+
+
 # --- skills ------------------------------------------------------------------------------------
 
 
@@ -343,6 +348,49 @@ def cmd_skills(args: argparse.Namespace, settings: Settings) -> int:
     bad = sum(verdict.problem is not None for verdict in verdicts)
     _say(f"{len(verdicts)} checked: {len(verdicts) - bad} ok, {bad} with problems")
     return 1 if bad else 0
+
+
+# --- proposals ---------------------------------------------------------------------------------
+
+
+def cmd_proposals(args: argparse.Namespace, settings: Settings) -> int:
+    """What the proposals endpoints do, for an operator at the shell (who acts as an admin)."""
+    import getpass
+
+    from hango.agent import proposals as p
+
+    db = _open_db(settings)
+    by = f"cli:{getattr(args, 'by', None) or getpass.getuser()}"
+    try:
+        if args.action == "list":
+            found = p.list_proposals(db, args.tenant, args.agent,
+                                     None if args.status == "all" else args.status)
+            for item in found:
+                print(f"{item.proposal_id}\t{item.status}\t{item.operation}\t{item.path}")
+            if not found:
+                _say(f"no {args.status} proposals for {args.tenant}/{args.agent}")
+        elif args.action == "show":
+            item, diff = p.get(db, args.tenant, args.agent, args.id)
+            print(json.dumps({**p.view(item), "diff": diff}, indent=2))
+        elif args.action == "approve":
+            content = Path(args.content_file).read_text("utf-8") if args.content_file else None
+            config = load_agent(db, args.tenant, args.agent)
+            item = p.approve(db, args.tenant, args.agent, args.id, by=by, role="admin",
+                             content=content, base_version=args.base_version, reason=args.reason,
+                             allowlist=frozenset(config.tools if config else ()),
+                             max_bytes=settings.max_file_bytes)
+            print(f"approved: {item.path} is at version {item.written_version}")
+        else:
+            item = p.reject(db, args.tenant, args.agent, args.id, by=by, role="admin",
+                            reason=args.reason)
+            print(f"rejected: {item.proposal_id} ({item.reason})")
+    except p.ProposalConflict as exc:
+        raise CliError(f"{exc}\n{exc.diff}") from None
+    except (p.ProposalError, LookupError) as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        db.close()
+    return 0
 
 
 # --- main --------------------------------------------------------------------------------------
@@ -406,6 +454,9 @@ def _parser() -> argparse.ArgumentParser:
     agent_create.add_argument("--skills", nargs="+", metavar="DIR",
                               help="skills directories under /skills/ (default: tenant default)")
     agent_create.add_argument("--system-prompt")
+    agent_create.add_argument("--reserved-writes", choices=["refuse", "ask"],
+                              help="agent writes under /memories/, /skills/: refused, or proposed "
+                                   "(default: HANGO_RESERVED_WRITES)")
     agent.set_defaults(func=cmd_agent)
 
     files = sub.add_parser("files", help="sync a local folder with an agent's files (over HTTP)")
@@ -429,6 +480,28 @@ def _parser() -> argparse.ArgumentParser:
     skills_check.add_argument("--strict", action="store_true",
                               help="count warnings (keys hango does not use) as problems too")
     skills.set_defaults(func=cmd_skills)
+    prop = sub.add_parser("proposals", help="an agent's proposed writes to memory and skills")
+    prop_sub = prop.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for name, text in (("list", "list proposals (pending by default)"),
+                       ("show", "one proposal with its diff against the current file"),
+                       ("approve", "write it against its base version"),
+                       ("reject", "decide no, with a reason the agent reads")):
+        one = prop_sub.add_parser(name, help=text)
+        one.add_argument("tenant")
+        one.add_argument("agent")
+        if name == "list":
+            one.add_argument("--status", default="pending",
+                             choices=["pending", "approved", "rejected", "all"])
+            continue
+        one.add_argument("id")
+        if name in ("approve", "reject"):
+            one.add_argument("--by", help="who decides (default: your user name)")
+            one.add_argument("--reason", required=name == "reject")
+        if name == "approve":
+            one.add_argument("--content-file", help="approve with this content (your edit)")
+            one.add_argument("--base-version", type=int,
+                             help="approve against this version (after a conflict)")
+    prop.set_defaults(func=cmd_proposals)
     return parser
 
 

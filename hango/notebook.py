@@ -158,15 +158,25 @@ class Course:
         self.telemetry.shutdown()
 
 
-def start(tenant: str, agent_id: str = "assistant", config: AgentConfig | None = None) -> Course:
-    """Start a notebook from a clean slate: drop and recreate ``tenant``, serve the API."""
+def start(tenant: str, agent_id: str = "assistant", config: AgentConfig | None = None,
+          model: Model | None = None) -> Course:
+    """Start a notebook from a clean slate: drop and recreate ``tenant``, serve the API.
+
+    ``model`` is the model of runs over HTTP (``POST .../runs``; default: ``HANGO_MODEL``);
+    those runs get the same deterministic run ids and in-memory telemetry as ``course.agent``.
+    """
     logging.getLogger("hango").setLevel(logging.ERROR)  # warnings reach RunResult.warnings
     db = get_database()
     drop_tenant(db, tenant)
     create_tenant(db, tenant)
     save_agent(db, tenant, agent_id, config or AgentConfig())
-    base_url, stop = serve_in_thread(create_app(db))
-    course = Course(db, tenant, agent_id, base_url, configure("memory"), stop,
+    app = create_app(db)
+    telemetry, runs = configure("memory"), count(1)
+    app.state.hango_model = model
+    app.state.hango_telemetry = telemetry.telemetry
+    app.state.hango_run_ids = lambda: f"run-{next(runs)}"
+    base_url, stop = serve_in_thread(app)
+    course = Course(db, tenant, agent_id, base_url, telemetry, stop, runs,
                     _generation=_generation(db, tenant))
     course.owner = course.client(create_token(db, tenant, "owner", "notebook"))
     course.member = course.client(create_token(db, tenant, "member", "notebook"))

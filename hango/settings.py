@@ -69,6 +69,15 @@ class Settings(BaseSettings):
     glob_scan_max: int = Field(default=20_000, ge=1, le=10_000_000)
     tenant_max_files: int = Field(default=100_000, ge=1)
     tenant_max_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
+    # Agent-written memory (issue 13): the tenant default for agents whose config names none.
+    reserved_writes: Literal["refuse", "ask"] = Field(
+        default="refuse", description="An agent's write under /memories/ or /skills/: refused, "
+        "or a proposal an owner or admin decides.")
+    proposals_max_pending: int = Field(default=20, ge=1, le=10_000)
+    model: str = Field(default="hango-sim-1", min_length=1, description="The model of runs over "
+                       "HTTP: hango-sim-1 (offline) or a claude-* name (needs the anthropic extra "
+                       "and ANTHROPIC_API_KEY).")
+    run_max_seconds: float = Field(default=120.0, gt=0, le=3600)
 
     @field_validator("memory_default_sources", "skills_default_sources", mode="before")
     @classmethod

@@ -45,6 +45,12 @@ OPERATIONS = [
     ("GET", "/v1/agents/{agent_id}/files"), ("GET", "/v1/agents"),
     ("GET", "/v1/agents/{agent_id}"), ("PUT", "/v1/agents/{agent_id}"),
     ("GET", "/v1/tokens"), ("POST", "/v1/tokens"), ("DELETE", "/v1/tokens/{token_id}"),
+    ("POST", "/v1/agents/{agent_id}/runs"), ("GET", "/v1/agents/{agent_id}/runs/{run_id}"),
+    ("POST", "/v1/agents/{agent_id}/runs/{run_id}/resume"),
+    ("GET", "/v1/agents/{agent_id}/proposals"),
+    ("GET", "/v1/agents/{agent_id}/proposals/{proposal_id}"),
+    ("POST", "/v1/agents/{agent_id}/proposals/{proposal_id}/approve"),
+    ("POST", "/v1/agents/{agent_id}/proposals/{proposal_id}/reject"),
 ]
 
 

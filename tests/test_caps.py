@@ -102,10 +102,10 @@ def test_the_load_is_what_it_claims(loaded: Loaded) -> None:
 @pytest.mark.parametrize("cap", [65536, 1000, 1])
 def test_memory_stays_within_the_cap(loaded: Loaded, cap: int) -> None:
     backend = PostgresBackend(loaded.db, loaded.tenant, loaded.agent)
-    memory = MemoryMiddleware(max_bytes=cap, settings=load_settings(memory_max_bytes=cap))
+    memory = MemoryMiddleware(max_bytes=cap)
     ctx = context(loaded, backend)
     memory.before_run(ctx)
-    assert ctx.memory_bytes <= cap
+    assert ctx.attributes["hango.memory.bytes"] <= cap
     assert backend.bytes_read <= cap  # the cut is in SQL: 10 MiB never leave the database
     loaded_text = "".join(text for _, text in ctx.state(memory.key).loaded)
     assert "END-OF-MEMORY" not in loaded_text
@@ -127,11 +127,11 @@ class CountingBackend(PostgresBackend):
 @pytest.mark.parametrize("cap", [100, 10, 1])
 def test_skills_scan_stays_within_count_and_head_bytes(loaded: Loaded, cap: int) -> None:
     backend = CountingBackend(loaded.db, loaded.tenant, loaded.agent)
-    skills = SkillsMiddleware(max_skills=cap, settings=load_settings(skills_max=cap))
+    skills = SkillsMiddleware(max_skills=cap)
     ctx = context(loaded, backend)
     skills.before_run(ctx)
-    assert ctx.skills_count == cap
-    assert ctx.skills_invalid == 0
+    assert ctx.attributes["hango.skills.count"] == cap
+    assert ctx.attributes["hango.skills.invalid"] == 0
     # one source: at most cap + 1 files are read (the +1 only tells that the source holds more)
     assert backend.heads_rows <= cap + 1
     assert backend.bytes_read <= backend.heads_rows * HEAD_BYTES

@@ -123,7 +123,7 @@ def test_the_cap_is_applied_in_sql(db: Database, tenant: str) -> None:
     ctx = RunContext(tenant, "a1", AgentConfig(), reader, "r", frozenset(), Telemetry())
     mw.before_run(ctx)
     assert reader.bytes_read == 65536
-    assert ctx.memory_bytes <= 65536
+    assert ctx.attributes["hango.memory.bytes"] <= 65536
     assert agent.run("hi").memory_bytes <= 65536
 
 

@@ -162,6 +162,7 @@ def emit(tel: t.Telemetry) -> None:
             with tel.span(t.SPAN_SKILLS_INDEX, **{t.ATTR_SKILLS_COUNT: 3}):
                 pass
             tel.record_skills(3, 1)
+            tel.record_proposal("proposed")
         request = Request(model="claude-test", tools=(), system=(), messages=())
         with tel.chat_span(request, "anthropic") as span:
             usage = Usage(
@@ -173,8 +174,7 @@ def emit(tel: t.Telemetry) -> None:
                     "ok", usage=usage, model="claude-test", diagnostics=CacheDiagnostics("messages_changed")
                 ),
                 model="claude-test",
-                memory_bytes=2048,
-                skills_count=3,
+                attributes={"hango.memory.bytes": 2048, "hango.skills.count": 3},
             )
             with tel.tool_span("read_file", "toolu_1"):
                 pass

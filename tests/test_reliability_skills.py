@@ -257,11 +257,11 @@ def recording_stack(executed: list[str]) -> Callable[[Agent], Stack]:
 
     def build(agent: Agent) -> Stack:
         return DefaultStack(
-            skills=SkillsMiddleware(settings=agent.settings),
+            skills=SkillsMiddleware(max_skills=agent.settings.skills_max),
             filesystem=RecordingFilesystem(),
             subagents=SubagentMiddleware(agent),
             prompt_cache=PromptCache(),
-            memory=MemoryMiddleware(settings=agent.settings),
+            memory=MemoryMiddleware(max_bytes=agent.settings.memory_max_bytes),
         )
 
     return build

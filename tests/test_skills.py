@@ -208,7 +208,7 @@ def test_the_scan_itself_is_bounded_by_the_cap(backend: PostgresBackend) -> None
     ctx = RunContext(backend.tenant_id, "a1", AgentConfig(), reader, "r", frozenset(),
                      Telemetry())
     SkillsMiddleware(["/skills/"], max_skills=2).before_run(ctx)
-    assert ctx.skills_count == 2
+    assert ctx.attributes["hango.skills.count"] == 2
     assert reader.bytes_read <= 3 * HEAD_BYTES  # the cap + 1 heads, never a body, never all six
     assert any("more than HANGO_SKILLS_MAX=2" in w and "/skills/s0/SKILL.md" in w
                for w in ctx.warnings)

@@ -81,11 +81,14 @@ def one_run(tel: t.Telemetry) -> None:
                 span,
                 response(Usage(10, 100, 890, 7), stop="tool_use"),
                 model="claude-test",
-                memory_bytes=1200,
-                skills_count=2,
+                attributes={"hango.memory.bytes": 1200, "hango.skills.count": 2},
             )
             with tel.tool_span("read_file", "toolu_1"):
                 pass
+
+
+GROWTH0 = {"hango.memory.bytes": 0, "hango.skills.count": 0}
+GROWTH1 = {"hango.memory.bytes": 1, "hango.skills.count": 1}
 
 
 # --- spans ----------------------------------------------------------------------------------------
@@ -147,8 +150,7 @@ def test_chat_span_attributes(otel: Otel) -> None:
             span,
             response(usage, stop="tool_use", miss="system_changed"),
             model="claude-test",
-            memory_bytes=1200,
-            skills_count=2,
+            attributes={"hango.memory.bytes": 1200, "hango.skills.count": 2},
         )
     chat = otel.spans()["chat claude-test"]
     assert chat.kind is SpanKind.CLIENT
@@ -180,7 +182,7 @@ def test_chat_span_attributes(otel: Otel) -> None:
 def test_chat_without_diagnostics_or_response_model(otel: Otel) -> None:
     with otel.telemetry.chat_span(request("m1"), "simulated") as span:
         otel.telemetry.record_chat(
-            span, response(Usage(5, 0, 0, 1), model=""), model="m1", memory_bytes=0, skills_count=0
+            span, response(Usage(5, 0, 0, 1), model=""), model="m1", attributes=GROWTH0
         )
     attrs = dict(otel.spans()["chat m1"].attributes or {})
     assert attrs["gen_ai.response.model"] == "m1"
@@ -226,7 +228,7 @@ def test_noop_providers_do_nothing_and_raise_nothing() -> None:
     with tel.span(t.SPAN_RUN) as span:
         assert not span.is_recording()
         with tel.chat_span(request(), "anthropic") as chat:
-            tel.record_chat(chat, response(Usage(1, 2, 3, 4)), model="m", memory_bytes=1, skills_count=1)
+            tel.record_chat(chat, response(Usage(1, 2, 3, 4)), model="m", attributes=GROWTH1)
     tel.record_memory_load(0.1, 10, 1)
     tel.record_skills(1, 0)
 
@@ -254,7 +256,7 @@ def test_token_counter_by_kind_and_read_ratio(otel: Otel) -> None:
     calls = [Usage(10, 1000, 0, 50), Usage(20, 30, 1000, 60), Usage(0, 0, 0, 0)]
     for usage in calls:
         with tel.chat_span(request(), "anthropic") as span:
-            tel.record_chat(span, response(usage), model="claude-test", memory_bytes=0, skills_count=0)
+            tel.record_chat(span, response(usage), model="claude-test", attributes=GROWTH0)
     got = otel.metrics()
 
     tokens = got[t.METRIC_TOKENS]
@@ -320,6 +322,7 @@ def test_every_instrument_is_created_with_its_spec(otel: Otel) -> None:
     one_run(otel.telemetry)
     otel.telemetry.record_memory_load(0.01, 10, 1)
     otel.telemetry.record_skills(1, 0)
+    otel.telemetry.record_proposal("proposed")
     got = otel.metrics()
     kinds = {"counter": Sum, "histogram": Histogram, "gauge": Gauge}
     assert set(got) == {spec.name for spec in t.INSTRUMENTS}
@@ -337,10 +340,12 @@ def test_log_run_is_one_info_line_with_extra(otel: Otel, caplog: pytest.LogCaptu
         otel.telemetry.log_run(
             agent_id="a1",
             run_id="r-7",
-            memory_sources=["/memories/AGENTS.md", "/memories/team notes.md"],
-            memory_bytes=1234,
-            skills_indexed=3,
-            skills_invalid=1,
+            attributes={  # published in any order; logged in the catalogue's order
+                "hango.skills.count": 3,
+                "hango.skills.invalid": 1,
+                "hango.memory.sources": ["/memories/AGENTS.md", "/memories/team notes.md"],
+                "hango.memory.bytes": 1234,
+            },
         )
     (record,) = [r for r in caplog.records if r.name == "hango.test"]
     fields = vars(record)
@@ -358,7 +363,7 @@ def test_log_run_is_one_info_line_with_extra(otel: Otel, caplog: pytest.LogCaptu
 def test_log_run_default_logger_and_no_sources(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="hango")
     t.Telemetry(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider()).log_run(
-        agent_id="a2", run_id="r", memory_sources=[], memory_bytes=0, skills_indexed=0, skills_invalid=0
+        agent_id="a2", run_id="r", attributes={"hango.memory.sources": [], "hango.memory.bytes": 0}
     )
     (record,) = [r for r in caplog.records if r.name == "hango"]
     assert "memory_sources=- memory_bytes=0" in record.getMessage()
@@ -408,6 +413,7 @@ def test_prometheus_series_of_hango_instruments() -> None:
             "hango_cache_read_ratio_count",
         ),
         "hango.tokens": ("hango_tokens_total",),
+        "hango.proposals": ("hango_proposals_total",),
     }
     assert t.prometheus_label("hango.token.kind") == "hango_token_kind"
     assert t.prometheus_label("gen_ai.request.model") == "gen_ai_request_model"

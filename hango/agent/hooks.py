@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from hango.telemetry import Telemetry
 
 T = TypeVar("T")
+AttributeValue = str | bool | int | float | list[str]
 log = logging.getLogger("hango")
 
 
@@ -65,10 +66,10 @@ class RunContext:
     run_id: str
     allowlist: frozenset[str]
     telemetry: Telemetry
-    memory_bytes: int = 0  # published by MemoryMiddleware for the chat span and the log line
-    memory_sources: list[str] = field(default_factory=list)  # the sources that were found
-    skills_count: int = 0  # published by SkillsMiddleware
-    skills_invalid: int = 0
+    # What features measured, keyed by their telemetry attribute names (the catalogue in
+    # hango.telemetry): the runtime copies it to every chat span, the log line and the result
+    # without knowing a single name, so a new feature never edits the runtime.
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     _private: dict[StateKey[Any], Any] = field(default_factory=dict, repr=False)
@@ -99,6 +100,22 @@ def _attr(value: Any) -> Any:
     if isinstance(value, (str, bool, int, float)):
         return value
     return str(value)
+
+
+class Interrupt(Exception):
+    """Raised by a tool to stop the run *without* executing: the run is saved and resumable.
+
+    ``kind`` and ``payload`` describe what the run waits for (for ``ask`` mode: a proposal);
+    ``persist(conn, run_id)`` stores it in the same transaction that saves the run's state, so
+    there is never a proposal without its run, nor a run waiting for nothing.
+    """
+
+    def __init__(self, kind: str, payload: dict[str, Any],
+                 persist: Callable[[Any, str], None] | None = None) -> None:
+        super().__init__(f"{kind}: {payload}")
+        self.kind = kind
+        self.payload = payload
+        self.persist = persist
 
 
 @runtime_checkable

@@ -61,7 +61,6 @@ from dataclasses import dataclass, field
 
 from hango.agent.hooks import RunContext, StateKey
 from hango.models.base import Block
-from hango.settings import Settings, get_settings
 from hango.telemetry import (
     ATTR_MEMORY_BYTES,
     ATTR_MEMORY_SOURCES,
@@ -123,20 +122,18 @@ class MemoryMiddleware:
 
     name = "memory"
 
-    def __init__(self, sources: Sequence[str] | None = None, max_bytes: int | None = None,
-                 settings: Settings | None = None) -> None:
+    def __init__(self, sources: Sequence[str] | None = None, max_bytes: int = 65536,
+                 default_sources: Sequence[str] = ("/memories/AGENTS.md",)) -> None:
+        """``sources`` overrides the agent's config; ``default_sources`` is the tenant default
+        for an agent whose config names none (``default_stack`` passes the settings' values)."""
         self.sources = list(sources) if sources is not None else None
-        self._settings = settings
-        self.max_bytes = max_bytes if max_bytes is not None else self.settings.memory_max_bytes
+        self.max_bytes = max_bytes
+        self.default_sources = list(default_sources)
         self.key: StateKey[MemoryState] = StateKey("memory", MemoryState)
 
-    @property
-    def settings(self) -> Settings:
-        return self._settings or get_settings()
-
     def before_run(self, ctx: RunContext) -> None:
-        sources = self.sources if self.sources is not None else ctx.config.memory_sources(
-            self.settings)
+        sources = self.sources if self.sources is not None else (
+            ctx.config.memory if ctx.config.memory is not None else self.default_sources)
         state = ctx.state(self.key)
         started = time.perf_counter()
         with ctx.telemetry.span(SPAN_MEMORY_LOAD) as span:
@@ -164,9 +161,9 @@ class MemoryMiddleware:
                                [d.path for d in present[i + 1:]])
                 break
             total = sum(len(t.encode("utf-8")) for _, t in state.loaded)
-            ctx.memory_bytes = total
-            ctx.memory_sources = [p for p, _ in state.loaded]
-            span.set_attribute(ATTR_MEMORY_SOURCES, ctx.memory_sources)
+            ctx.attributes[ATTR_MEMORY_SOURCES] = [p for p, _ in state.loaded]  # published
+            ctx.attributes[ATTR_MEMORY_BYTES] = total
+            span.set_attribute(ATTR_MEMORY_SOURCES, [p for p, _ in state.loaded])
             span.set_attribute(ATTR_MEMORY_BYTES, total)
         ctx.telemetry.record_memory_load(time.perf_counter() - started, total, len(state.loaded))
 

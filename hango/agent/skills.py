@@ -49,7 +49,6 @@ from functools import lru_cache
 from hango.agent.frontmatter import HEAD_BYTES, Frontmatter, FrontmatterError, parse
 from hango.agent.hooks import RunContext, StateKey, ToolCallNext
 from hango.models.base import Block, ToolCall, ToolResult
-from hango.settings import Settings, get_settings
 from hango.telemetry import (
     ATTR_SKILLS_COUNT,
     ATTR_SKILLS_INVALID,
@@ -127,22 +126,20 @@ class SkillsMiddleware:
 
     name = "skills"
 
-    def __init__(self, sources: Sequence[str] | None = None, max_skills: int | None = None,
-                 settings: Settings | None = None, index_max_bytes: int | None = None) -> None:
+    def __init__(self, sources: Sequence[str] | None = None, max_skills: int = 100,
+                 default_sources: Sequence[str] = ("/skills/",),
+                 index_max_bytes: int = 16384) -> None:
+        """``sources`` overrides the agent's config; ``default_sources`` is the tenant default
+        for an agent whose config names none (``default_stack`` passes the settings' values)."""
         self.sources = list(sources) if sources is not None else None
-        self._settings = settings
-        self.max_skills = max_skills if max_skills is not None else self.settings.skills_max
-        self.index_max_bytes = (index_max_bytes if index_max_bytes is not None
-                                else self.settings.skills_index_max_bytes)
+        self.max_skills = max_skills
+        self.default_sources = list(default_sources)
+        self.index_max_bytes = index_max_bytes
         self.key: StateKey[SkillsState] = StateKey("skills", SkillsState)
 
-    @property
-    def settings(self) -> Settings:
-        return self._settings or get_settings()
-
     def before_run(self, ctx: RunContext) -> None:
-        sources = self.sources if self.sources is not None else ctx.config.skills_sources(
-            self.settings)
+        sources = self.sources if self.sources is not None else (
+            ctx.config.skills if ctx.config.skills is not None else self.default_sources)
         state = ctx.state(self.key)
         with ctx.telemetry.span(SPAN_SKILLS_INDEX) as span:
             # One query, bounded: at most max_skills + 1 files per source (the +1 tells us a
@@ -187,15 +184,16 @@ class SkillsMiddleware:
             for skill in ordered:
                 self._narrow(ctx, skill)
             state.skills = ordered
-            ctx.skills_count = len(ordered)
-            span.set_attribute(ATTR_SKILLS_COUNT, ctx.skills_count)
-            span.set_attribute(ATTR_SKILLS_INVALID, ctx.skills_invalid)
-        ctx.telemetry.record_skills(ctx.skills_count, ctx.skills_invalid)
+            invalid = sum(1 for skill in parsed.values() if skill is None)
+            ctx.attributes[ATTR_SKILLS_COUNT] = len(ordered)  # published for the chat span
+            ctx.attributes[ATTR_SKILLS_INVALID] = invalid
+            span.set_attribute(ATTR_SKILLS_COUNT, len(ordered))
+            span.set_attribute(ATTR_SKILLS_INVALID, invalid)
+        ctx.telemetry.record_skills(len(ordered), invalid)
 
     def _parse(self, ctx: RunContext, path: str, head: str) -> Skill | None:
         fm = parse_head(head)
         if isinstance(fm, FrontmatterError):
-            ctx.skills_invalid += 1
             ctx.warn(f"skill {path} skipped: {fm}", event=EVENT_SKILL_INVALID,
                      path=path, reason=str(fm))
             return None

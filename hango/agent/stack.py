@@ -17,7 +17,7 @@ memory's blocks against the breakpoint index, not this list)::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from hango.agent.hooks import (
     BreakpointMarker,
@@ -31,7 +31,14 @@ from hango.agent.hooks import (
     ToolProvider,
     ToolWrapper,
 )
+from hango.agent.memory import MemoryMiddleware
+from hango.agent.promptcache import PromptCache
+from hango.agent.skills import SkillsMiddleware
+from hango.agent.subagent import Parent, SubagentMiddleware
+from hango.agent.tools import FilesystemMiddleware
+from hango.fs.path import clean_dir
 from hango.models.base import Block, Breakpoint, Message, Request, ToolCall, ToolResult
+from hango.settings import Settings
 
 SLOTS = ("skills", "filesystem", "subagents", "prompt_cache", "memory")
 
@@ -120,3 +127,26 @@ class DefaultStack(Stack):
         """A deliberately different order, for showing what the pinned one protects."""
         return Stack([self.slots[s] for s in order if self.slots.get(s) is not None])
 
+
+
+class AgentLike(Parent, Protocol):
+    """What ``default_stack`` needs of an ``Agent`` (this module never imports the runtime)."""
+
+    settings: Settings
+
+
+def default_stack(agent: AgentLike) -> DefaultStack:
+    """The pinned ``DefaultStack`` for an agent, with the agent's settings resolved once here:
+    each middleware receives plain values, never a settings object to fall back on."""
+    s = agent.settings
+    return DefaultStack(
+        skills=SkillsMiddleware(max_skills=s.skills_max,
+                                default_sources=[clean_dir(d) for d in s.skills_default_sources],
+                                index_max_bytes=s.skills_index_max_bytes),
+        filesystem=FilesystemMiddleware(max_pending=s.proposals_max_pending,
+                                        max_bytes=s.max_file_bytes),
+        subagents=SubagentMiddleware(agent, max_depth=s.subagent_max_depth),
+        prompt_cache=PromptCache(prefix_ttl=s.cache_prefix_ttl),
+        memory=MemoryMiddleware(max_bytes=s.memory_max_bytes,
+                                default_sources=s.memory_default_sources),
+    )

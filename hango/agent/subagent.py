@@ -21,13 +21,33 @@ saved; the cycle check also catches such a config stored before that rule existe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hango.agent.hooks import RunContext, Tool
 from hango.models.base import ToolSpec
 
-if TYPE_CHECKING:
-    from hango.agent.runtime import Agent
+
+class _Answer(Protocol):
+    @property
+    def text(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+
+
+class _Runnable(Protocol):
+    def run(self, prompt: str) -> _Answer: ...
+
+
+class Parent(Protocol):
+    """What the task tool needs of the agent it serves (an ``Agent``), without importing it:
+    the runtime imports the stack, which imports this module, never the other way round."""
+
+    @property
+    def lineage(self) -> tuple[str, ...]: ...
+    def child(self, agent_id: str, lineage: tuple[str, ...] = ()) -> _Runnable: ...
+
 
 TASK_SPEC = ToolSpec(
     "task",
@@ -43,8 +63,9 @@ class SubagentMiddleware:
 
     name = "subagents"
 
-    def __init__(self, parent: Agent) -> None:
+    def __init__(self, parent: Parent, max_depth: int = 3) -> None:
         self.parent = parent
+        self.max_depth = max_depth
 
     def tools(self, ctx: RunContext) -> Sequence[Tool]:
         return (Tool(TASK_SPEC, self._task),) if ctx.config.subagents else ()
@@ -57,8 +78,11 @@ class SubagentMiddleware:
             raise ValueError(f"{child_id!r} is not one of this agent's subagents "
                              f"({', '.join(ctx.config.subagents)})")
         lineage = (*self.parent.lineage, ctx.agent_id)
-        check_chain(lineage, child_id, self.parent.settings.subagent_max_depth)
+        check_chain(lineage, child_id, self.max_depth)
         result = self.parent.child(child_id, lineage=lineage).run(description)
+        if result.status == "interrupted":  # its own run waits for an owner's decision
+            return (f"{child_id} proposed a write to its memory or skills; its run "
+                    f"{result.run_id} waits for an owner or admin to decide, then resume it")
         return result.text
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hango.agent.hooks import RunContext, Tool
-from hango.fs.path import check_write
-from hango.models.base import ToolSpec
+from hango.agent.hooks import RunContext, Tool, ToolCallNext
+from hango.agent.proposals import propose
+from hango.fs.path import ApprovalRequired, check_write
+from hango.models.base import ToolCall, ToolResult, ToolSpec
 
 READ_LIMIT = 256 * 1024  # bytes a single read_file returns; the rest is announced, not sent
 LIST_LIMIT = 200  # entries a single ls or glob returns; more are announced, with how to narrow
@@ -91,10 +92,43 @@ FILESYSTEM_TOOLS: tuple[Tool, ...] = (
 )
 
 
+ASK_NOTE = (" In this agent, a write under /memories/ or /skills/ becomes a proposal: the run "
+            "pauses until an owner or admin approves or rejects it, and you get the decision.")
+
+
 class FilesystemMiddleware:
-    """Provides the filesystem tools (the allowlist still decides which may be called)."""
+    """Provides the filesystem tools (the allowlist still decides which may be called).
+
+    In ``ask`` mode it also turns a write under a reserved prefix into a proposal: the one rule
+    (:func:`check_write`) says ``ApprovalRequired``, and the call raises an ``Interrupt`` instead
+    of running (see :mod:`hango.agent.proposals`).
+    """
 
     name = "filesystem"
 
+    def __init__(self, max_pending: int = 20, max_bytes: int = 1024 * 1024) -> None:
+        self.max_pending = max_pending
+        self.max_bytes = max_bytes
+
     def tools(self, ctx: RunContext) -> Sequence[Tool]:
-        return FILESYSTEM_TOOLS
+        if ctx.config.reserved_writes != "ask":
+            return FILESYSTEM_TOOLS
+        return tuple(Tool(ToolSpec(t.spec.name, t.spec.description + ASK_NOTE, t.spec.parameters),
+                          t.fn) if t.spec.name in ("write_file", "edit_file") else t
+                     for t in FILESYSTEM_TOOLS)
+
+    def wrap_tool_call(self, ctx: RunContext, call: ToolCall, call_next: ToolCallNext) -> ToolResult:
+        path = call.arguments.get("path")
+        if (call.name in ("write_file", "edit_file") and ctx.config.reserved_writes == "ask"
+                and isinstance(path, str)):
+            try:
+                check_write(path, role=None, reserved_writes="ask")
+            except ApprovalRequired as exc:
+                try:
+                    raise propose(ctx, call, exc.path, max_bytes=self.max_bytes,
+                                  max_pending=self.max_pending) from None
+                except (ValueError, LookupError) as error:  # the model's to read and fix
+                    return ToolResult(call.id, f"error: {error}", is_error=True)
+            except ValueError:
+                pass  # a bad path: the tool itself refuses it, naming the rule
+        return call_next(call)

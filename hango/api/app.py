@@ -773,6 +773,9 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Authenticate)  # outermost: no body is read before the token is checked
     app.include_router(router)
+    from hango.api.runs import router as runs_router  # runs.py builds on this module's deps
+
+    app.include_router(runs_router)
 
     async def validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

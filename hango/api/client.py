@@ -30,10 +30,11 @@ from hango.fs.backend import Page
 class ApiError(Exception):
     """The files API refused a request: ``status`` is the HTTP status, ``message`` says why."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, body: Any = None) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
         self.message = message
+        self.body = body  # the whole JSON error (a 409 conflict carries the fresh diff)
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,13 @@ class FilesClient:
         response = self._http.request(method, url, **kwargs)
         if response.is_success:
             return response
+        body: Any = None
         try:
-            message = str(response.json()["detail"])
+            body = response.json()
+            message = str(body["detail"])
         except (ValueError, KeyError, TypeError):
             message = response.text or response.reason_phrase
-        raise ApiError(response.status_code, message)
+        raise ApiError(response.status_code, message, body)
 
     @staticmethod
     def _precondition(if_version: int | None) -> dict[str, str]:
@@ -193,6 +196,44 @@ class FilesClient:
     def list_agents(self) -> list[str]:
         """The agents of the token's tenant."""
         return [str(a) for a in self._send("GET", "/v1/agents").json()["agents"]]
+
+    # runs and proposals (hango.api.runs): plain JSON dicts, as the API answers them
+
+    def run(self, prompt: str) -> dict[str, Any]:
+        """Run the agent in the server; any role. ``status``: done, interrupted or failed."""
+        return dict(self._send("POST", self._agent + "/runs", json={"prompt": prompt}).json())
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        return dict(self._send("GET", f"{self._agent}/runs/{quote(run_id, safe='')}").json())
+
+    def resume(self, run_id: str) -> dict[str, Any]:
+        """Continue an interrupted run once its proposal is decided (409 if not, or raced)."""
+        url = f"{self._agent}/runs/{quote(run_id, safe='')}/resume"
+        return dict(self._send("POST", url).json())
+
+    def proposals(self, status: str = "pending") -> list[dict[str, Any]]:
+        """Proposals of this agent (owner or admin)."""
+        response = self._send("GET", self._agent + "/proposals", params={"status": status})
+        return list(response.json()["proposals"])
+
+    def proposal(self, proposal_id: str) -> dict[str, Any]:
+        """One proposal with ``diff``: a unified diff against the file as it is now."""
+        return dict(self._send("GET", self._proposal(proposal_id)).json())
+
+    def approve(self, proposal_id: str, content: str | None = None,
+                base_version: int | None = None, reason: str | None = None) -> dict[str, Any]:
+        """Write it (or ``content``, your edit) against its base version; 409 on a conflict."""
+        body = {k: v for k, v in (("content", content), ("base_version", base_version),
+                                  ("reason", reason)) if v is not None}
+        return dict(self._send("POST", self._proposal(proposal_id) + "/approve",
+                               json=body).json())
+
+    def reject(self, proposal_id: str, reason: str) -> dict[str, Any]:
+        return dict(self._send("POST", self._proposal(proposal_id) + "/reject",
+                               json={"reason": reason}).json())
+
+    def _proposal(self, proposal_id: str) -> str:
+        return f"{self._agent}/proposals/{quote(proposal_id, safe='')}"
 
     def close(self) -> None:
         self._http.close()

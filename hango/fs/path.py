@@ -44,6 +44,19 @@ class ReservedPathError(PermissionError):
         self.prefix = prefix
 
 
+class ApprovalRequired(PermissionError):
+    """An agent's write under a reserved prefix in ``ask`` mode: not done, but proposed.
+
+    The agent's tools turn it into a proposal an owner or admin decides (hango.agent.proposals).
+    """
+
+    def __init__(self, path: str, prefix: str) -> None:
+        super().__init__(f"{path!r} is under the reserved prefix {prefix}: the write becomes a "
+                         "proposal that an owner or admin approves or rejects")
+        self.path = path
+        self.prefix = prefix
+
+
 def _check_chars(path: str) -> None:
     for ch in path:
         category = unicodedata.category(ch)
@@ -110,15 +123,20 @@ def reserved_prefix(path: str) -> str | None:
     return None
 
 
-def check_write(path: str, role: str | None) -> str:
+def check_write(path: str, role: str | None, reserved_writes: str = "refuse") -> str:
     """The one write rule, called by the files API and by the agent's tools.
 
     ``role`` is the API principal's role, or ``None`` for the agent itself. Returns the cleaned
-    path; raises :class:`PathError` or :class:`ReservedPathError`.
+    path; raises :class:`PathError` or :class:`ReservedPathError`. ``reserved_writes`` is the
+    agent's mode: with ``"ask"``, the agent's write under a reserved prefix raises
+    :class:`ApprovalRequired` instead (a proposal, never a write); it changes nothing for a
+    principal of the API.
     """
     cleaned = clean(path)
     prefix = reserved_prefix(cleaned)
     if prefix is not None and role not in WRITERS:
+        if role is None and reserved_writes == "ask":
+            raise ApprovalRequired(cleaned, prefix)
         raise ReservedPathError(cleaned, prefix, "the agent" if role is None else f"a {role}")
     return cleaned
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -24,9 +24,8 @@ from hango.telemetry.names import (
     ATTR_CACHE_MISS_REASON,
     ATTR_CACHE_MISSED_INPUT_TOKENS,
     ATTR_CACHE_READ_RATIO,
-    ATTR_MEMORY_BYTES,
     ATTR_MEMORY_SOURCE_COUNT,
-    ATTR_SKILLS_COUNT,
+    ATTR_PROPOSAL_OUTCOME,
     ATTR_TOKEN_KIND,
     ERROR_TYPE,
     GEN_AI_OPERATION_NAME,
@@ -43,22 +42,24 @@ from hango.telemetry.names import (
     GEN_AI_USAGE_INPUT_TOKENS,
     GEN_AI_USAGE_OUTPUT_TOKENS,
     LANGFUSE_METADATA_CACHE_MISS_REASON,
-    LANGFUSE_METADATA_MEMORY_BYTES,
     LANGFUSE_METADATA_PREFIX,
-    LANGFUSE_METADATA_SKILLS_COUNT,
     LANGFUSE_TRACE_METADATA_PREFIX,
     METRIC_CACHE_READ_RATIO,
     METRIC_MEMORY_BYTES,
     METRIC_MEMORY_LOAD_DURATION,
+    METRIC_PROPOSALS,
     METRIC_SKILLS_INDEXED,
     METRIC_SKILLS_INVALID,
     METRIC_TOKENS,
     OPERATION_CHAT,
     OPERATION_EXECUTE_TOOL,
+    RUN_ATTRIBUTES,
     SCOPE,
     SCOPE_VERSION,
     SPECS,
     InstrumentSpec,
+    catalogue_order,
+    field_name,
 )
 
 
@@ -105,6 +106,8 @@ class Telemetry:
         self._cache_read_ratio = self._histogram(SPECS[METRIC_CACHE_READ_RATIO])
         spec = SPECS[METRIC_TOKENS]
         self._tokens = self.meter.create_counter(spec.name, spec.unit, spec.description)
+        spec = SPECS[METRIC_PROPOSALS]
+        self._proposals = self.meter.create_counter(spec.name, spec.unit, spec.description)
 
     def _histogram(self, spec: InstrumentSpec) -> metrics.Histogram:
         return self.meter.create_histogram(
@@ -141,29 +144,35 @@ class Telemetry:
             GEN_AI_REQUEST_MAX_TOKENS: request.max_tokens,
         })
 
-    def record_chat(self, span: Span, response: Response, *, model: str, memory_bytes: int,
-                    skills_count: int) -> None:
-        """Usage, cache and prompt-growth attributes on the chat span, plus the token metrics."""
+    def record_chat(self, span: Span, response: Response, *, model: str,
+                    attributes: Mapping[str, Any]) -> None:
+        """Usage, cache and prompt-growth attributes on the chat span, plus the token metrics.
+
+        ``attributes`` is what the run's features measured (``RunContext.attributes``); the
+        catalogue (:data:`RUN_ATTRIBUTES`) decides which go on the chat span and their Langfuse
+        mirror. One not in the catalogue goes on the span under its own name."""
         usage = response.usage
-        attributes: dict[str, Any] = {
+        out: dict[str, Any] = {
             GEN_AI_RESPONSE_MODEL: response.model or model,
             GEN_AI_RESPONSE_FINISH_REASONS: [response.stop_reason],
             GEN_AI_USAGE_INPUT_TOKENS: usage.total_input_tokens,
             GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
             GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: usage.cache_read_input_tokens,
             GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS: usage.cache_creation_input_tokens,
-            ATTR_MEMORY_BYTES: memory_bytes,
-            ATTR_SKILLS_COUNT: skills_count,
-            LANGFUSE_METADATA_MEMORY_BYTES: memory_bytes,
-            LANGFUSE_METADATA_SKILLS_COUNT: skills_count,
             ATTR_CACHE_READ_RATIO: usage.read_ratio,
         }
+        for name, value in attributes.items():
+            where = RUN_ATTRIBUTES.get(name)
+            if where is None or where.chat:
+                out[name] = value
+            if where is not None and where.langfuse:
+                out[LANGFUSE_METADATA_PREFIX + where.langfuse] = value
         diagnostics = response.diagnostics
         if diagnostics is not None and diagnostics.miss_reason is not None:
-            attributes[ATTR_CACHE_MISS_REASON] = diagnostics.miss_reason
-            attributes[ATTR_CACHE_MISSED_INPUT_TOKENS] = diagnostics.missed_input_tokens
-            attributes[LANGFUSE_METADATA_CACHE_MISS_REASON] = diagnostics.miss_reason
-        span.set_attributes(_clean(attributes))
+            out[ATTR_CACHE_MISS_REASON] = diagnostics.miss_reason
+            out[ATTR_CACHE_MISSED_INPUT_TOKENS] = diagnostics.missed_input_tokens
+            out[LANGFUSE_METADATA_CACHE_MISS_REASON] = diagnostics.miss_reason
+        span.set_attributes(_clean(out))
 
         by_kind = {"input": usage.input_tokens,
                    "cache_creation": usage.cache_creation_input_tokens,
@@ -190,23 +199,25 @@ class Telemetry:
         self._memory_load_duration.record(duration_s, attributes)
         self._memory_bytes.record(nbytes, attributes)
 
+    def record_proposal(self, outcome: str) -> None:
+        """One proposal event by outcome (:data:`PROPOSAL_OUTCOMES`)."""
+        self._proposals.add(1, {ATTR_PROPOSAL_OUTCOME: outcome})
+
     def record_skills(self, indexed: int, invalid: int) -> None:
         """The size of the skills index (gauge) and how many SKILL.md were rejected (counter)."""
         self._skills_indexed.set(indexed)
         self._skills_invalid.add(invalid)
 
     # logs
-    def log_run(self, *, agent_id: str, run_id: str, memory_sources: Sequence[str],
-                memory_bytes: int, skills_indexed: int, skills_invalid: int) -> None:
-        """ONE info line per run: human-readable ``key=value``, the same fields as ``extra``."""
-        fields: dict[str, Any] = {
-            "agent_id": agent_id,
-            "run_id": run_id,
-            "memory_sources": list(memory_sources),
-            "memory_bytes": memory_bytes,
-            "skills_indexed": skills_indexed,
-            "skills_invalid": skills_invalid,
-        }
+    def log_run(self, *, agent_id: str, run_id: str, attributes: Mapping[str, Any]) -> None:
+        """ONE info line per run: human-readable ``key=value``, the same fields as ``extra``.
+
+        ``attributes`` is what the run's features measured; each becomes a field named by the
+        catalogue (:data:`RUN_ATTRIBUTES`), in catalogue order, then any others by their name.
+        The same values go on the current (root) span as Langfuse trace metadata."""
+        fields: dict[str, Any] = {"agent_id": agent_id, "run_id": run_id}
+        for name in sorted(attributes, key=catalogue_order):
+            fields[field_name(name)] = attributes[name]
         text = " ".join(f"{k}={_logfmt(v)}" for k, v in fields.items())
         extra = dict(fields)
         context = trace.get_current_span().get_span_context()
@@ -214,8 +225,9 @@ class Telemetry:
             extra["trace_id"] = trace.format_trace_id(context.trace_id)
             extra["span_id"] = trace.format_span_id(context.span_id)
         self.logger.info("hango run %s", text, extra=extra)
-        self.annotate_run(memory_bytes=memory_bytes, skills_count=skills_indexed,
-                          skills_invalid=skills_invalid, memory_sources=list(memory_sources))
+        self.annotate_run(**{
+            (RUN_ATTRIBUTES[n].langfuse or RUN_ATTRIBUTES[n].log) if n in RUN_ATTRIBUTES
+            else field_name(n): value for n, value in attributes.items()})
 
     def annotate_run(self, **metadata: Any) -> None:
         """Put run-level metadata on the current span (``agent.run`` when called inside it).

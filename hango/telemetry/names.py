@@ -34,9 +34,10 @@ Conventions followed (see ``shared/notes/observability.md``):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import Literal
+from typing import Any, Literal
 
 SCOPE = "hango"
 try:
@@ -52,6 +53,11 @@ SPAN_SKILLS_INDEX = "agent.skills_index"
 EVENT_MEMORY_MISSING = "agent.memory_missing"
 EVENT_SKILL_INVALID = "agent.skill_invalid"
 EVENT_SKILL_TOOLS_NARROWED = "agent.skill_tools_narrowed"
+SPAN_DECIDE = "agent.proposal_decide"  # an owner's or admin's approve or reject
+EVENT_PROPOSAL_CREATED = "agent.proposal_created"  # an ask-mode write became a proposal
+EVENT_PROPOSAL_DECIDED = "agent.proposal_decided"  # approved, approved with edits, rejected
+EVENT_RUN_INTERRUPTED = "agent.run_interrupted"
+EVENT_RUN_RESUMED = "agent.run_resumed"
 
 # --- hango attributes ----------------------------------------------------------------------------
 ATTR_MEMORY_SOURCES = "hango.memory.sources"  # span: the source paths that were loaded
@@ -59,6 +65,10 @@ ATTR_MEMORY_BYTES = "hango.memory.bytes"
 ATTR_MEMORY_SOURCE_COUNT = "hango.memory.source_count"  # metric attribute: how many loaded
 ATTR_SKILLS_COUNT = "hango.skills.count"
 ATTR_SKILLS_INVALID = "hango.skills.invalid"
+ATTR_RUN_STATUS = "hango.run.status"  # on agent.run: done, interrupted or failed
+ATTR_PROPOSAL_ID = "hango.proposal.id"
+ATTR_PROPOSAL_OUTCOME = "hango.proposal.outcome"  # metric attribute, see PROPOSAL_OUTCOMES
+PROPOSAL_OUTCOMES = ("proposed", "approved", "approved_with_edits", "rejected", "conflict")
 ATTR_CACHE_READ_RATIO = "hango.cache.read_ratio"
 ATTR_CACHE_MISS_REASON = "hango.cache.miss_reason"
 ATTR_CACHE_MISSED_INPUT_TOKENS = "hango.cache.missed_input_tokens"
@@ -112,6 +122,7 @@ METRIC_SKILLS_INDEXED = "hango.skills.indexed"
 METRIC_SKILLS_INVALID = "hango.skills.invalid"
 METRIC_CACHE_READ_RATIO = "hango.cache.read_ratio"
 METRIC_TOKENS = "hango.tokens"
+METRIC_PROPOSALS = "hango.proposals"
 
 MEMORY_LOAD_DURATION_BUCKETS_S: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -152,5 +163,49 @@ INSTRUMENTS: tuple[InstrumentSpec, ...] = (
     InstrumentSpec(METRIC_TOKENS, "counter", "{token}",
                    "Tokens by kind; kinds are disjoint (input is the uncached tail)",
                    (ATTR_TOKEN_KIND, GEN_AI_REQUEST_MODEL)),
+    InstrumentSpec(METRIC_PROPOSALS, "counter", "{proposal}",
+                   "Agent writes under a reserved prefix in ask mode, by outcome",
+                   (ATTR_PROPOSAL_OUTCOME,)),
 )
 SPECS = {spec.name: spec for spec in INSTRUMENTS}
+
+
+@dataclass(frozen=True)
+class RunAttribute:
+    """Where a value a feature published in ``RunContext.attributes`` goes."""
+
+    log: str  # its field in the run's log line
+    chat: bool = True  # also on every chat span
+    langfuse: str = ""  # mirrored as langfuse.observation.metadata.<this> (filterable there)
+
+
+# The features' attributes, in log-line order. The runtime copies ctx.attributes without knowing
+# these names; an attribute missing here still reaches the chat span and the log line as is.
+RUN_ATTRIBUTES: dict[str, RunAttribute] = {
+    ATTR_MEMORY_SOURCES: RunAttribute("memory_sources", chat=False),
+    ATTR_MEMORY_BYTES: RunAttribute("memory_bytes", langfuse="memory_bytes"),
+    ATTR_SKILLS_COUNT: RunAttribute("skills_indexed", langfuse="skills_count"),
+    ATTR_SKILLS_INVALID: RunAttribute("skills_invalid", chat=False),
+}
+_ORDER = {name: i for i, name in enumerate(RUN_ATTRIBUTES)}
+
+
+def published(attributes: Mapping[str, Any], short: str) -> Any:
+    """A published value by its short name (``memory_bytes``, ``skills_count``), 0 if absent.
+
+    Lets ``result.memory_bytes`` keep working while the runtime knows no feature's name."""
+    for name, where in RUN_ATTRIBUTES.items():
+        if short in (where.log, where.langfuse):
+            return attributes.get(name, 0)
+    raise AttributeError(short)
+
+
+def catalogue_order(name: str) -> tuple[int, str]:
+    """Sort key: the catalogue's attributes first, in its order, then any other by name."""
+    return (_ORDER.get(name, len(_ORDER)), name)
+
+
+def field_name(attribute: str) -> str:
+    """The log field of an attribute the catalogue does not know: ``hango.a.b`` -> ``a_b``."""
+    where = RUN_ATTRIBUTES.get(attribute)
+    return where.log if where else attribute.removeprefix("hango.").replace(".", "_")

@@ -1,0 +1,348 @@
+"""Agent-written memory under approval: proposals, decisions, and what the agent is told.
+
+In ``ask`` mode (an agent's ``reserved_writes``, or the tenant's ``HANGO_RESERVED_WRITES``), an
+agent's ``write_file`` or ``edit_file`` under ``/memories/`` or ``/skills/`` is not executed.
+:func:`hango.fs.path.check_write` says so (``ApprovalRequired``: the one rule, both doors), and
+the run stops ``interrupted`` with a **proposal**: the path, the operation, the version of the
+file it was made against (none for a new file), and the whole proposed content.
+
+An owner or admin then decides. :func:`approve` writes through the same rule as any API write,
+*against the base version*: if the file changed since, nothing is written and the answer is a
+:class:`ProposalConflict` carrying the fresh diff. :func:`reject` keeps a reason. Who decided,
+when and why stay on the row; deciding again the same way returns the first decision, the other
+way is refused. A proposed ``SKILL.md`` is parsed when it is proposed: an invalid one cannot be
+approved, and the view names the ``allowed_tools`` the agent's allowlist would drop.
+
+Why a gate on a *path prefix*, not on a tool: memory is the one place where a prompt injection
+read in one run becomes an instruction in every later run (memory poisoning). Gating the whole
+``write_file`` tool (deepagents' ``interrupt_on``) would ask about every scratch file; gating the
+prefix asks exactly when a write would outlive the run.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from hango.agent.frontmatter import FrontmatterError, parse
+from hango.agent.hooks import Interrupt, RunContext
+from hango.db import Database
+from hango.fs.backend import EditError, FileNotFound, decode_head
+from hango.fs.path import PREFIX_SKILLS, check_write
+from hango.models.base import ToolCall
+from hango.telemetry import (
+    ATTR_PROPOSAL_ID,
+    EVENT_PROPOSAL_CREATED,
+    EVENT_PROPOSAL_DECIDED,
+    SPAN_DECIDE,
+    Telemetry,
+)
+
+AFTER = ("Files under /memories/ and /skills/ are loaded at the start of a run, so the next run "
+         "sees this change.")
+
+
+class ProposalError(ValueError):
+    """A proposal cannot be made or decided; the message says why. Nothing was written."""
+
+
+class ProposalNotFound(ProposalError, LookupError):
+    def __init__(self, proposal_id: str) -> None:
+        super().__init__(f"no proposal {proposal_id!r} for this agent")
+
+
+class ProposalInvalid(ProposalError):
+    """A SKILL.md that does not parse, or content over the file cap: it cannot be approved."""
+
+
+class AlreadyDecided(ProposalError):
+    pass
+
+
+class ProposalConflict(ProposalError):
+    """The file changed since the proposal was made: nothing written; here is the fresh diff."""
+
+    def __init__(self, proposal: Proposal, current_version: int | None, diff: str) -> None:
+        now = "it was deleted" if current_version is None else f"it is at version {current_version}"
+        super().__init__(f"{proposal.path} changed since proposal {proposal.proposal_id} was made "
+                         f"against version {proposal.base_version}: {now}; nothing was written. "
+                         "Read the fresh diff, then approve against the current version, edit, "
+                         "or reject")
+        self.proposal, self.current_version, self.diff = proposal, current_version, diff
+
+
+@dataclass(frozen=True)
+class Proposal:
+    proposal_id: str
+    agent_id: str
+    run_id: str
+    call_id: str
+    path: str
+    operation: str
+    base_version: int | None
+    content: str
+    skill: dict[str, Any] | None
+    status: str
+    decided_by: str | None = None
+    decided_at: str | None = None
+    reason: str | None = None
+    edited: bool = False
+    written_version: int | None = None
+
+    def tool_result(self) -> tuple[str, bool]:
+        """What the agent reads as its pending call's result, and whether it is an error."""
+        if self.status == "rejected":
+            return (f"rejected by an owner or admin: {self.reason}. Nothing was written to "
+                    f"{self.path}.", True)
+        if self.edited:
+            return (f"approved with the owner's edits: {self.path} written as version "
+                    f"{self.written_version} (read it to see what was kept). {AFTER}", False)
+        return f"approved: {self.path} written as version {self.written_version}. {AFTER}", False
+
+
+_COLUMNS = ("proposal_id, agent_id, run_id, call_id, path, operation, base_version, content, "
+            "skill, status, decided_by, to_char(decided_at AT TIME ZONE 'UTC', "
+            "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), reason, edited, written_version")
+
+
+def _row(row: Any) -> Proposal:
+    return Proposal(row[0], row[1], row[2], row[3], row[4], row[5], row[6],
+                    bytes(row[7]).decode("utf-8"), row[8], row[9], row[10], row[11], row[12],
+                    row[13], row[14])
+
+
+def unified_diff(path: str, current: str | None, proposed: str) -> str:
+    """The proposal as a unified diff against the file as it is now (``/dev/null``: new file)."""
+    lines = difflib.unified_diff(
+        [] if current is None else current.splitlines(keepends=True),
+        proposed.splitlines(keepends=True),
+        "/dev/null" if current is None else f"a{path}", f"b{path}")
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                   for line in lines)
+
+
+def check_skill(path: str, content: str, allowlist: frozenset[str]) -> dict[str, Any] | None:
+    """For a proposed ``SKILL.md``: its name, or why it is invalid, and the tools it would lose."""
+    if not (path.startswith(PREFIX_SKILLS) and path.endswith("/SKILL.md")):
+        return None
+    try:
+        fm = parse(content)
+    except FrontmatterError as exc:
+        return {"error": str(exc)}
+    declared = list(fm.allowed_tools or ())
+    return {"name": fm.name, "allowed_tools": declared,
+            "dropped_tools": [t for t in declared if t not in allowlist]}
+
+
+# --- proposing (in a run) ----------------------------------------------------------------------
+
+
+def propose(ctx: RunContext, call: ToolCall, path: str, *, max_bytes: int,
+            max_pending: int) -> Interrupt:
+    """Turn an ask-mode write into an :class:`Interrupt` that saves a proposal with the run.
+
+    Raises :class:`ProposalError` (the agent reads it as a tool error, and the run goes on) when
+    the edit does not apply or the content is over ``max_bytes``; the interrupt's ``persist``
+    raises it when the agent already has ``max_pending`` proposals waiting.
+    """
+    try:
+        current = ctx.backend.read(path)
+    except FileNotFound:
+        current = None
+    args = call.arguments
+    if call.name == "edit_file":
+        old, new = args.get("old_string"), args.get("new_string")
+        if not isinstance(old, str) or not isinstance(new, str) or not old:
+            raise ProposalError("edit_file needs a non-empty string 'old_string' and a string "
+                                "'new_string'")
+        if current is None:
+            raise FileNotFound(path)
+        count = current.content.count(old)
+        if count == 0 or (count > 1 and args.get("replace_all") is not True):
+            raise EditError(f"{path}: the text to replace occurs {count} times; it must occur "
+                            "once (or pass replace_all); nothing was proposed")
+        content = current.content.replace(old, new)
+    else:
+        given = args.get("content")
+        if not isinstance(given, str):
+            raise ProposalError("argument 'content' must be a string")
+        content = given
+    if len(content.encode("utf-8")) > max_bytes:
+        raise ProposalError(f"the proposed {path} is {len(content.encode('utf-8'))} bytes, over "
+                            f"the file cap of {max_bytes} bytes; nothing was proposed")
+    if "\x00" in content:
+        raise ProposalError("file contents are text: U+0000 (NUL) is not allowed")
+    proposal = Proposal(f"{ctx.run_id}-{call.id}", ctx.agent_id, ctx.run_id, call.id, path,
+                        call.name, None if current is None else current.version, content,
+                        check_skill(path, content, ctx.allowlist), "pending")
+    diff = unified_diff(path, None if current is None else current.content, content)
+
+    def persist(conn: Any, run_id: str) -> None:
+        # Under the agent's row lock, so parallel runs of one agent cannot pass the bound.
+        conn.execute("SELECT 1 FROM agents WHERE tenant_id = %s AND agent_id = %s FOR UPDATE",
+                     [ctx.tenant_id, ctx.agent_id])
+        (waiting,) = conn.execute(
+            "SELECT count(*) FROM proposals WHERE tenant_id = %s AND agent_id = %s "
+            "AND status = 'pending'", [ctx.tenant_id, ctx.agent_id]).fetchone()
+        if waiting >= max_pending:  # the model reads this as the call's error; the run goes on
+            raise ProposalError(f"this agent already has {max_pending} proposals waiting for a "
+                                "decision (HANGO_PROPOSALS_MAX_PENDING); nothing was proposed")
+        conn.execute(
+            """INSERT INTO proposals (tenant_id, agent_id, proposal_id, run_id, call_id, path,
+                                      operation, base_version, content, skill)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+            [ctx.tenant_id, ctx.agent_id, proposal.proposal_id, run_id, call.id, path, call.name,
+             proposal.base_version, content.encode("utf-8"),
+             None if proposal.skill is None else Jsonb(proposal.skill)])
+        ctx.event(EVENT_PROPOSAL_CREATED, **{ATTR_PROPOSAL_ID: proposal.proposal_id,
+                                              "path": path, "operation": call.name})
+        ctx.telemetry.record_proposal("proposed")
+
+    return Interrupt("proposal", {**view(proposal), "diff": diff}, persist)
+
+
+def view(p: Proposal) -> dict[str, Any]:
+    """A proposal as plain data (the API's body, the run's ``interrupt``)."""
+    return {"proposal_id": p.proposal_id, "agent_id": p.agent_id, "run_id": p.run_id,
+            "path": p.path, "operation": p.operation, "base_version": p.base_version,
+            "content": p.content, "skill": p.skill, "status": p.status,
+            "decided_by": p.decided_by, "decided_at": p.decided_at, "reason": p.reason,
+            "edited": p.edited, "written_version": p.written_version}
+
+
+# --- deciding (an owner or admin) --------------------------------------------------------------
+
+
+def list_proposals(db: Database, tenant_id: str, agent_id: str,
+                   status: str | None = "pending", limit: int = 100) -> list[Proposal]:
+    with db.tenant(tenant_id) as conn:
+        rows = conn.execute(
+            f"""SELECT {_COLUMNS} FROM proposals
+                 WHERE tenant_id = %s AND agent_id = %s AND (%s::text IS NULL OR status = %s)
+                 ORDER BY created_at, proposal_id LIMIT %s""",
+            [tenant_id, agent_id, status, status, limit]).fetchall()
+    return [_row(r) for r in rows]
+
+
+def get(db: Database, tenant_id: str, agent_id: str, proposal_id: str) -> tuple[Proposal, str]:
+    """A proposal and its unified diff against the file as it is *now*."""
+    with db.tenant(tenant_id) as conn:
+        proposal = _fetch(conn, tenant_id, agent_id, proposal_id, lock=False)
+        current, _ = _current(conn, tenant_id, agent_id, proposal.path, lock=False)
+    return proposal, unified_diff(proposal.path, current, proposal.content)
+
+
+def _fetch(conn: Any, tenant_id: str, agent_id: str, proposal_id: str, *,
+           lock: bool) -> Proposal:
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM proposals WHERE tenant_id = %s AND agent_id = %s "
+        f"AND proposal_id = %s{' FOR UPDATE' if lock else ''}",
+        [tenant_id, agent_id, proposal_id]).fetchone()
+    if row is None:
+        raise ProposalNotFound(proposal_id)
+    return _row(row)
+
+
+def _current(conn: Any, tenant_id: str, agent_id: str, path: str, *,
+             lock: bool) -> tuple[str | None, int | None]:
+    row = conn.execute(
+        "SELECT content, version FROM agent_files WHERE tenant_id = %s AND agent_id = %s "
+        f"AND path = %s{' FOR UPDATE' if lock else ''}", [tenant_id, agent_id, path]).fetchone()
+    return (None, None) if row is None else (decode_head(bytes(row[0])), int(row[1]))
+
+
+def approve(db: Database, tenant_id: str, agent_id: str, proposal_id: str, *, by: str,
+            role: str, content: str | None = None, base_version: int | None = None,
+            reason: str | None = None, allowlist: frozenset[str] = frozenset(),
+            max_bytes: int = 1024 * 1024, telemetry: Telemetry | None = None) -> Proposal:
+    """Write the proposal (or ``content``, the owner's edit) against its base version.
+
+    ``base_version`` re-bases an approval on the version a :class:`ProposalConflict` showed.
+    One transaction: the file write and the decision commit together or not at all.
+    """
+    tel = telemetry or Telemetry()
+    with db.tenant(tenant_id) as conn:
+        p = _fetch(conn, tenant_id, agent_id, proposal_id, lock=True)
+        if p.status != "pending":
+            if p.status == "approved" and content is None:
+                return p  # the same decision again: safe, nothing written twice
+            raise AlreadyDecided(f"proposal {proposal_id} was already {p.status} by "
+                                 f"{p.decided_by} at {p.decided_at}; nothing changed")
+        check_write(p.path, role)  # the same rule as any API write (a member: refused)
+        final = p.content if content is None else content
+        if len(final.encode("utf-8")) > max_bytes:
+            raise ProposalInvalid(f"{p.path}: {len(final.encode('utf-8'))} bytes is over the "
+                                  f"file cap of {max_bytes} bytes; nothing was written")
+        skill = check_skill(p.path, final, allowlist)
+        if skill is not None and "error" in skill:
+            raise ProposalInvalid(f"{p.path} is not a valid SKILL.md, so it cannot be approved "
+                                  f"(edit it or reject): {skill['error']}")
+        current, version = _current(conn, tenant_id, agent_id, p.path, lock=True)
+        base = p.base_version if base_version is None else base_version
+        if version != base:
+            tel.record_proposal("conflict")
+            raise ProposalConflict(p, version, unified_diff(p.path, current, final))
+        data = final.encode("utf-8")
+        if version is None:
+            row = conn.execute(
+                """INSERT INTO agent_files (tenant_id, agent_id, path, content, size)
+                   VALUES (%s, %s, %s, %s, %s) RETURNING version""",
+                [tenant_id, agent_id, p.path, data, len(data)]).fetchone()
+        else:
+            row = conn.execute(
+                """UPDATE agent_files SET content = %s, size = %s, version = version + 1,
+                          updated_at = now()
+                    WHERE tenant_id = %s AND agent_id = %s AND path = %s RETURNING version""",
+                [data, len(data), tenant_id, agent_id, p.path]).fetchone()
+        assert row is not None
+        edited = content is not None and content != p.content
+        conn.execute(
+            """UPDATE proposals SET status = 'approved', decided_by = %s, decided_at = now(),
+                      reason = %s, edited = %s, written_version = %s
+                WHERE tenant_id = %s AND proposal_id = %s""",
+            [by, reason, edited, row[0], tenant_id, proposal_id])
+        decided = _fetch(conn, tenant_id, agent_id, proposal_id, lock=False)
+    outcome = "approved_with_edits" if edited else "approved"
+    tel.record_proposal(outcome)
+    _event(tel, decided, outcome)
+    return decided
+
+
+def reject(db: Database, tenant_id: str, agent_id: str, proposal_id: str, *, by: str,
+           role: str, reason: str, telemetry: Telemetry | None = None) -> Proposal:
+    """Decide no, with a reason the agent will read. Nothing is written."""
+    if not reason.strip():
+        raise ProposalError("a rejection needs a reason (the agent reads it)")
+    tel = telemetry or Telemetry()
+    with db.tenant(tenant_id) as conn:
+        p = _fetch(conn, tenant_id, agent_id, proposal_id, lock=True)
+        if p.status == "rejected":
+            return p
+        if p.status != "pending":
+            raise AlreadyDecided(f"proposal {proposal_id} was already {p.status} by "
+                                 f"{p.decided_by} at {p.decided_at}; nothing changed")
+        check_write(p.path, role)
+        conn.execute(
+            """UPDATE proposals SET status = 'rejected', decided_by = %s, decided_at = now(),
+                      reason = %s WHERE tenant_id = %s AND proposal_id = %s""",
+            [by, reason, tenant_id, proposal_id])
+        decided = _fetch(conn, tenant_id, agent_id, proposal_id, lock=False)
+    tel.record_proposal("rejected")
+    _event(tel, decided, "rejected")
+    return decided
+
+
+def _event(tel: Telemetry, p: Proposal, outcome: str) -> None:
+    with tel.span(SPAN_DECIDE) as span:
+        span.add_event(EVENT_PROPOSAL_DECIDED, {ATTR_PROPOSAL_ID: p.proposal_id,
+                                                "outcome": outcome, "path": p.path,
+                                                "decided_by": p.decided_by or ""})
+
+
+def result_for(db: Database, tenant_id: str, agent_id: str, proposal_id: str) -> tuple[str, bool]:
+    """The decided proposal's tool result (for resume)."""
+    with db.tenant(tenant_id) as conn:
+        return _fetch(conn, tenant_id, agent_id, proposal_id, lock=False).tool_result()

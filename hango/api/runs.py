@@ -1,0 +1,295 @@
+"""Runs and proposals over HTTP: run an agent in the server, decide what it proposed, resume.
+
+- ``POST /v1/agents/{agent}/runs`` ``{"prompt": ...}`` runs the agent here, with the model named
+  by ``HANGO_MODEL`` (the offline simulator by default). Any role may run. The answer: run id,
+  status (``done``, ``interrupted``, ``failed``), text, usage per model call, cache read ratio,
+  warnings, the pending proposal if any, and the trace id.
+- ``GET /v1/agents/{agent}/runs/{run}`` shows how a run ended (or what it waits for).
+- ``POST /v1/agents/{agent}/runs/{run}/resume`` continues an interrupted run once its proposal
+  is decided. Two resumes at once: one runs, the other gets 409.
+- ``GET /v1/agents/{agent}/proposals`` (``?status=pending|approved|rejected|all``),
+  ``GET .../proposals/{id}`` (with a unified diff against the file as it is now),
+  ``POST .../proposals/{id}/approve`` ``{"content"?, "base_version"?, "reason"?}`` and
+  ``POST .../proposals/{id}/reject`` ``{"reason"}``: owners and admins only (a member: 403;
+  another tenant's agent: 404). A conflict (the file changed since) is 409 with the fresh diff.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import Path as UrlPath
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from hango.agent import proposals, runs
+from hango.agent.runs import summary
+from hango.agent.runtime import Agent
+from hango.api.app import ErrorBody, _Agent, _agent
+from hango.db import DatabaseError
+from hango.fs.path import ReservedPathError
+from hango.models.base import Model
+from hango.models.simulated import SimulatedModel
+from hango.settings import Settings, SettingsError
+from hango.telemetry import Telemetry
+
+router = APIRouter(prefix="/v1")
+DECIDERS = ("owner", "admin")
+RunId = Annotated[str, UrlPath(pattern=r"^[A-Za-z0-9._-]{1,128}$")]
+ProposalId = Annotated[str, UrlPath(pattern=r"^[A-Za-z0-9._-]{1,200}$")]
+
+
+class RunBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompt: str = Field(min_length=1, max_length=100_000, description="The user's message.")
+
+
+class RunOut(BaseModel):
+    run_id: str
+    status: Literal["done", "interrupted", "failed", "resuming"]
+    stop_reason: str | None = None
+    text: str = ""
+    usage: list[dict[str, int]] = Field(default_factory=list,
+                                        description="Token usage of each model call, in order.")
+    cache_read_ratio: float = 0.0
+    warnings: list[str] = Field(default_factory=list)
+    proposal: dict[str, Any] | None = Field(default=None,
+                                            description="What an interrupted run waits for.")
+    trace_id: str = ""
+    resumed: bool = False
+
+
+class ProposalOut(BaseModel):
+    proposal_id: str
+    agent_id: str
+    run_id: str
+    path: str
+    operation: str
+    base_version: int | None
+    content: str | None = Field(description="The proposed content (in a listing: null; show one "
+                                            "proposal to read it).")
+    skill: dict[str, Any] | None = Field(
+        description="For a SKILL.md: its name, or why it is invalid, and dropped_tools: the "
+                    "allowed_tools this agent's allowlist would drop.")
+    status: str
+    decided_by: str | None
+    decided_at: str | None
+    reason: str | None
+    edited: bool
+    written_version: int | None
+    diff: str | None = Field(default=None, description="Unified diff against the current file.")
+
+
+class ProposalList(BaseModel):
+    proposals: list[ProposalOut]
+
+
+class ApproveBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    content: str | None = Field(default=None, description="The owner's edit of the content.")
+    base_version: int | None = Field(default=None, ge=1, description="Approve against this "
+                                     "version (after a conflict showed the fresh diff).")
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class RejectBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=2000, description="The agent reads it.")
+
+
+def _err(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {c: {"model": ErrorBody} for c in (401, 404, 422, 503, *codes)}
+
+
+# --- the server's model and agents -------------------------------------------------------------
+
+
+def model_from_settings(settings: Settings) -> Model:
+    """``HANGO_MODEL``: ``hango-sim-*`` (offline), or ``claude-*`` with the extra and a key."""
+    name = settings.model
+    if name.startswith("hango-sim"):
+        return SimulatedModel(name)
+    if name.startswith("claude"):
+        if not os.environ.get("ANTHROPIC_API_KEY"):
+            raise SettingsError(f"HANGO_MODEL={name}: set ANTHROPIC_API_KEY, or unset "
+                                "HANGO_MODEL for the offline simulator")
+        try:
+            from hango.models.anthropic import AnthropicModel
+        except ImportError:
+            raise SettingsError(f"HANGO_MODEL={name} needs the anthropic extra: "
+                                "pip install 'hango[anthropic]'") from None
+        return AnthropicModel(name)
+    raise SettingsError(f"HANGO_MODEL={name!r}: expected hango-sim-1 or a claude-* model name")
+
+
+def _server_agent(request: Request, agent: _Agent) -> Agent:
+    """The agent, with the server's one model (its prompt cache outlives a request: a resumed
+    run reads what the interrupted one wrote). Tests and notebooks may set ``app.state``
+    ``hango_model``, ``hango_telemetry``, ``hango_run_ids`` and ``hango_settings`` first."""
+    state = request.app.state
+    settings: Settings = getattr(state, "hango_settings", None) or agent.db.settings
+    if getattr(state, "hango_model", None) is None:
+        try:
+            state.hango_model = model_from_settings(settings)
+        except SettingsError as exc:
+            raise HTTPException(503, f"no model to run with: {exc}") from None
+    return Agent(agent.db, agent.principal.tenant_id, agent.agent_id, state.hango_model,
+                 settings=settings, telemetry=getattr(state, "hango_telemetry", None),
+                 run_ids=getattr(state, "hango_run_ids", None))
+
+
+def _decider(request: Request, agent: _Agent) -> str:
+    """Owners and admins decide; the answer names who (the token's fingerprint, not the token)."""
+    if agent.principal.role not in DECIDERS:
+        raise (HTTPException(403, "only an owner or admin may see or decide proposals (this "
+                                  f"token is a {agent.principal.role})")
+               if agent.exists() else agent.no_agent())
+    token = request.headers.get("authorization", "").partition(" ")[2]
+    return f"{agent.principal.role}:{hashlib.sha256(token.encode()).hexdigest()[:12]}"
+
+
+def _out(result: dict[str, Any], run_id: str, status: str) -> RunOut:
+    return RunOut(run_id=run_id, status=status,  # type: ignore[arg-type]
+                  stop_reason=result.get("stop_reason"), text=result.get("text", ""),
+                  usage=result.get("usage", []),
+                  cache_read_ratio=result.get("cache_read_ratio", 0.0),
+                  warnings=result.get("warnings", []), proposal=result.get("interrupt"),
+                  trace_id=result.get("trace_id", ""), resumed=result.get("resumed", False))
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+
+@router.post("/agents/{agent_id}/runs", summary="Run the agent in the server (any role)",
+             response_model=RunOut, status_code=201, responses=_err(413, 502))
+def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
+               body: RunBody) -> RunOut:
+    if not agent.exists():
+        raise agent.no_agent()
+    server_agent = _server_agent(request, agent)
+    try:
+        result = server_agent.run(body.prompt, record=True)
+    except (DatabaseError, HTTPException):
+        raise
+    except Exception as exc:  # the model (or its API) failed: say so, never a bare 500
+        raise HTTPException(502, f"the model {server_agent.model.name} failed: {exc}") from None
+    return _out(summary(result), result.run_id, result.status)
+
+
+@router.get("/agents/{agent_id}/runs/{run_id}", summary="How a run ended, or what it waits for",
+            response_model=RunOut, responses=_err())
+def get_run(agent: Annotated[_Agent, Depends(_agent)], run_id: RunId) -> RunOut:
+    try:
+        row = runs.load(agent.db, agent.principal.tenant_id, run_id)
+    except runs.RunNotFound as exc:
+        raise agent.missing(str(exc)) from None
+    if row["agent_id"] != agent.agent_id:
+        raise agent.missing(f"no run {run_id!r} for agent {agent.agent_id!r}")
+    return _out(row["result"], run_id, row["status"])
+
+
+@router.post("/agents/{agent_id}/runs/{run_id}/resume",
+             summary="Continue an interrupted run once its proposal is decided (any role)",
+             response_model=RunOut, responses=_err(409, 502))
+def resume_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
+               run_id: RunId) -> RunOut:
+    try:
+        result = _server_agent(request, agent).resume(run_id)
+    except runs.RunNotFound as exc:
+        raise agent.missing(str(exc)) from None
+    except runs.RunError as exc:  # pending, already resumed, config changed
+        raise HTTPException(409, str(exc)) from None
+    except (DatabaseError, HTTPException):
+        raise
+    except Exception as exc:  # the model failed; the run stays interrupted, resumable again
+        raise HTTPException(502, f"the model failed while resuming {run_id}: {exc}") from None
+    return _out(summary(result, {}), result.run_id, result.status)
+
+
+# --- proposals ---------------------------------------------------------------------------------
+
+
+def _proposal(p: proposals.Proposal, diff: str | None = None) -> ProposalOut:
+    return ProposalOut(**proposals.view(p), diff=diff)
+
+
+@router.get("/agents/{agent_id}/proposals",
+            summary="Proposals, oldest first, at most 100 (owner or admin)",
+            response_model=ProposalList, responses=_err(403))
+def list_proposals(
+    request: Request, agent: Annotated[_Agent, Depends(_agent)],
+    status: Literal["pending", "approved", "rejected", "all"] = "pending",
+) -> ProposalList:
+    _decider(request, agent)
+    found = proposals.list_proposals(agent.db, agent.principal.tenant_id, agent.agent_id,
+                                     None if status == "all" else status)
+    if not found and not agent.exists():
+        raise agent.no_agent()
+    # A listing leaves the contents out: 100 proposals of up to a file cap each is not a page.
+    return ProposalList(proposals=[_proposal(p).model_copy(update={"content": None})
+                                   for p in found])
+
+
+@router.get("/agents/{agent_id}/proposals/{proposal_id}",
+            summary="One proposal with its diff against the current file (owner or admin)",
+            response_model=ProposalOut, responses=_err(403))
+def show_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)],
+                  proposal_id: ProposalId) -> ProposalOut:
+    _decider(request, agent)
+    try:
+        p, diff = proposals.get(agent.db, agent.principal.tenant_id, agent.agent_id, proposal_id)
+    except proposals.ProposalNotFound as exc:
+        raise agent.missing(str(exc)) from None
+    return _proposal(p, diff)
+
+
+def _decide(agent: _Agent, action: Any) -> ProposalOut | JSONResponse:
+    try:
+        return _proposal(action())
+    except proposals.ProposalNotFound as exc:
+        raise agent.missing(str(exc)) from None
+    except proposals.ProposalConflict as exc:
+        return JSONResponse({"detail": str(exc), "current_version": exc.current_version,
+                             "diff": exc.diff}, 409)
+    except proposals.AlreadyDecided as exc:
+        raise HTTPException(409, str(exc)) from None
+    except ReservedPathError as exc:
+        raise HTTPException(403, str(exc)) from None
+    except proposals.ProposalError as exc:  # invalid SKILL.md, over the cap, no reason
+        raise HTTPException(422, str(exc)) from None
+
+
+@router.post("/agents/{agent_id}/proposals/{proposal_id}/approve",
+             summary="Approve (optionally with edited content); writes against the base version",
+             response_model=ProposalOut, responses=_err(403, 409))
+def approve_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)],
+                     proposal_id: ProposalId,
+                     body: ApproveBody | None = None) -> ProposalOut | JSONResponse:
+    by = _decider(request, agent)
+    edit = body or ApproveBody()
+    a = _server_agent(request, agent)
+    try:
+        allowlist = frozenset(a.load_config().tools)
+    except LookupError:
+        raise agent.no_agent() from None
+    return _decide(agent, lambda: proposals.approve(
+        agent.db, agent.principal.tenant_id, agent.agent_id, proposal_id, by=by,
+        role=agent.principal.role, content=edit.content, base_version=edit.base_version,
+        reason=edit.reason, allowlist=allowlist, max_bytes=a.settings.max_body_bytes,
+        telemetry=a.telemetry))
+
+
+@router.post("/agents/{agent_id}/proposals/{proposal_id}/reject",
+             summary="Reject with a reason the agent will read", response_model=ProposalOut,
+             responses=_err(403, 409))
+def reject_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)],
+                    proposal_id: ProposalId, body: RejectBody) -> ProposalOut | JSONResponse:
+    by = _decider(request, agent)
+    tel: Telemetry | None = getattr(request.app.state, "hango_telemetry", None)
+    return _decide(agent, lambda: proposals.reject(
+        agent.db, agent.principal.tenant_id, agent.agent_id, proposal_id, by=by,
+        role=agent.principal.role, reason=body.reason, telemetry=tel))
+
