@@ -24,11 +24,14 @@ from hango.models.simulated import SimulatedModel, tool_call
 
 def test_metrics_scrape_has_the_series_the_dashboard_queries(db: Database, tenant: str) -> None:
     provider, registry = t.prometheus_meter_provider()
-    save_agent(db, tenant, "a1", AgentConfig(tools=["ls"], memory=["/memories/AGENTS.md"]))
+    save_agent(db, tenant, "a1", AgentConfig(tools=["ls", "write_file"], memory=["/memories/AGENTS.md"],
+                                                 reserved_writes="ask"))
     fs = PostgresBackend(db, tenant, "a1")
     fs.write("/memories/AGENTS.md", "Answer in French.\n")
     fs.write("/skills/bad/SKILL.md", "---\nname: bad\n---\nno description\n")
-    model = SimulatedModel(policy=[[tool_call("ls", {"path": "/"})], "done"])
+    model = SimulatedModel(policy=[  # a tool call, then a proposal (the run waits)
+        [tool_call("ls", {"path": "/"})],
+        [tool_call("write_file", {"path": "/memories/notes.md", "content": "x"})]])
     Agent(db, tenant, "a1", model, telemetry=t.Telemetry(meter_provider=provider)).run("hi")
 
     app = create_app(db)

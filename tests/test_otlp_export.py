@@ -178,8 +178,9 @@ def emit(tel: t.Telemetry) -> None:
             )
             with tel.tool_span("read_file", "toolu_1"):
                 pass
-        tel.log_run(agent_id="a1", run_id="run-1", memory_sources=["/memories/AGENTS.md"],
-                    memory_bytes=2048, skills_indexed=3, skills_invalid=1)
+        tel.log_run(agent_id="a1", run_id="run-1", attributes={
+            "hango.memory.sources": ["/memories/AGENTS.md"], "hango.memory.bytes": 2048,
+            "hango.skills.count": 3, "hango.skills.invalid": 1})
 
 
 EXPECTED_SPANS = {

@@ -58,13 +58,16 @@ def test_prometheus_scrapes_metrics_and_every_dashboard_query_has_data(
         db: Database, tenant: str, tmp_path: Path) -> None:
     provider, registry = t.prometheus_meter_provider()
     tel = t.Telemetry(meter_provider=provider)
-    save_agent(db, tenant, "a1", AgentConfig(tools=["ls"], memory=["/memories/AGENTS.md"]))
+    save_agent(db, tenant, "a1", AgentConfig(tools=["ls", "write_file"], memory=["/memories/AGENTS.md"],
+                                                 reserved_writes="ask"))
     fs = PostgresBackend(db, tenant, "a1")
     fs.write("/memories/AGENTS.md", "Answer in French.\n")
     fs.write("/skills/bad/SKILL.md", "---\nname: bad\n---\nno description\n")
 
     def run() -> None:
-        model = SimulatedModel(policy=[[tool_call("ls", {"path": "/"})], "done"])
+        model = SimulatedModel(policy=[  # a tool call, then a proposal (the run waits)
+        [tool_call("ls", {"path": "/"})],
+        [tool_call("write_file", {"path": "/memories/notes.md", "content": "x"})]])
         Agent(db, tenant, "a1", model, telemetry=tel).run("hi")
 
     run()

@@ -194,7 +194,7 @@ def test_a_proposal_over_the_file_cap_is_refused(db: Database) -> None:
     tid = create_tenant(db, "p-" + uuid.uuid4().hex[:12])
     save_agent(db, tid, "a1", AgentConfig(reserved_writes="ask"))
     agent = Agent(db, tid, "a1", SimulatedModel(policy=policy),
-                  settings=load_settings(max_body_bytes=100))
+                  settings=load_settings(max_file_bytes=100))
     result = agent.run(do(write(MEMORY, "x" * 101)))
     assert result.status == "done" and "over the file cap of 100 bytes" in result.text
     assert proposals.list_proposals(db, tid, "a1", None) == []

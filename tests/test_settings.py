@@ -47,6 +47,8 @@ def test_every_variable_is_documented_with_its_default(name: str) -> None:
         assert ",".join(default) in cell.replace("`", "")
     else:
         shown = getattr(default, "value", default)  # an enum shows its value
+        if isinstance(shown, float) and shown.is_integer():
+            shown = int(shown)
         assert str(shown) in cell.replace("`", "").replace(",", "").replace("_", ""), (
             f"{_env(name)}: README says {cell!r}, code says {shown!r}")
 
@@ -77,6 +79,8 @@ def _bad_values(name: str) -> list[str]:
         bad.append("no-such-choice")
     if any(getattr(m, "pattern", None) for m in field.metadata):
         bad.append("Not Valid!")
+    if any(getattr(m, "min_length", None) for m in field.metadata):
+        bad.append("")
     return bad
 
 

@@ -612,8 +612,9 @@ def test_every_public_name_is_reexported() -> None:
 
 def test_log_run_puts_run_metadata_on_the_root_span_for_langfuse(otel: Otel) -> None:
     with otel.telemetry.span(t.SPAN_RUN):
-        otel.telemetry.log_run(agent_id="a1", run_id="r1", memory_sources=["/memories/AGENTS.md"],
-                               memory_bytes=19, skills_indexed=2, skills_invalid=1)
+        otel.telemetry.log_run(agent_id="a1", run_id="r1", attributes={
+            "hango.memory.sources": ["/memories/AGENTS.md"], "hango.memory.bytes": 19,
+            "hango.skills.count": 2, "hango.skills.invalid": 1})
     root = otel.spans()[t.SPAN_RUN].attributes or {}
     assert root["langfuse.trace.metadata.memory_bytes"] == 19
     assert root["langfuse.observation.metadata.skills_count"] == 2

@@ -93,6 +93,8 @@ from hango.telemetry.names import (
     InstrumentKind,
     InstrumentSpec,
     RunAttribute,
+    catalogue_order,
+    field_name,
     published,
 )
 from hango.telemetry.prometheus import (
@@ -200,8 +202,10 @@ __all__ = [
     "TrackedMetricExporter",
     "TrackedSpanExporter",
     "add_metrics_route",
+    "catalogue_order",
     "configure",
     "export_every_hango_span",
+    "field_name",
     "langfuse_headers",
     "otlp_endpoints",
     "prometheus_label",
