@@ -78,3 +78,66 @@ CREATE OR REPLACE FUNCTION hango_principal(digest bytea)
 REVOKE ALL ON api_tokens FROM hango_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON agents, agent_files, tenants TO hango_app;
 GRANT EXECUTE ON FUNCTION hango_principal(bytea) TO hango_app;
+
+-- ===== before_run change counter (issue 14) ========================================================
+-- One row per agent whose memory or skills files were ever written: `counter` takes a fresh value
+-- of a global sequence in the SAME transaction as every INSERT, UPDATE (path moves included) or
+-- DELETE of a row under /memories/ or /skills/, whoever writes it (files API, agent tools, the
+-- backend, another process, plain SQL): a trigger, not application code. before_run reads it first
+-- and reuses its parsed memory and skills index while it has not moved. A sequence, not +1: an
+-- agent deleted and created again never gets back a counter value a cache may still hold.
+CREATE SEQUENCE IF NOT EXISTS agent_changes_seq;
+CREATE TABLE IF NOT EXISTS agent_changes (
+    tenant_id text NOT NULL,
+    agent_id  text NOT NULL,
+    counter   bigint NOT NULL,
+    PRIMARY KEY (tenant_id, agent_id),
+    FOREIGN KEY (tenant_id, agent_id) REFERENCES agents ON DELETE CASCADE
+);
+ALTER TABLE agent_changes ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS tenant_isolation ON agent_changes;
+CREATE POLICY tenant_isolation ON agent_changes
+    USING (tenant_id = current_setting('hango.tenant_id', true));
+
+-- SECURITY DEFINER: the app role fires it but may only READ agent_changes (it cannot forge or
+-- reset a counter). The EXISTS skips agents being deleted (their files go by cascade, and the
+-- counter row with them).
+CREATE OR REPLACE FUNCTION hango_bump_changes() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public
+    AS $$
+DECLARE
+    side record;
+BEGIN
+    FOR side IN
+        SELECT OLD.tenant_id AS t, OLD.agent_id AS a, OLD.path AS p WHERE TG_OP <> 'INSERT'
+        UNION
+        SELECT NEW.tenant_id, NEW.agent_id, NEW.path WHERE TG_OP <> 'DELETE'
+    LOOP
+        IF side.p LIKE '/memories/%' OR side.p LIKE '/skills/%' THEN
+            INSERT INTO agent_changes (tenant_id, agent_id, counter)
+                SELECT side.t, side.a, nextval('agent_changes_seq')
+                 WHERE EXISTS (SELECT 1 FROM agents g
+                                WHERE g.tenant_id = side.t AND g.agent_id = side.a)
+            ON CONFLICT (tenant_id, agent_id) DO UPDATE SET counter = EXCLUDED.counter;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS agent_files_changes ON agent_files;
+CREATE TRIGGER agent_files_changes AFTER INSERT OR UPDATE OR DELETE ON agent_files
+    FOR EACH ROW EXECUTE FUNCTION hango_bump_changes();
+-- TRUNCATE fires no row trigger: move every counter.
+CREATE OR REPLACE FUNCTION hango_bump_all_changes() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public
+    AS $$ BEGIN UPDATE agent_changes SET counter = nextval('agent_changes_seq'); RETURN NULL; END $$;
+DROP TRIGGER IF EXISTS agent_files_truncated ON agent_files;
+CREATE TRIGGER agent_files_truncated AFTER TRUNCATE ON agent_files
+    FOR EACH STATEMENT EXECUTE FUNCTION hango_bump_all_changes();
+-- Files written before this trigger existed: give their agents a counter (no row means 0).
+INSERT INTO agent_changes (tenant_id, agent_id, counter)
+    SELECT DISTINCT ON (tenant_id, agent_id) tenant_id, agent_id, nextval('agent_changes_seq')
+      FROM agent_files WHERE path LIKE '/memories/%' OR path LIKE '/skills/%'
+    ON CONFLICT DO NOTHING;
+REVOKE ALL ON agent_changes FROM hango_app;
+GRANT SELECT ON agent_changes TO hango_app;

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from psycopg import sql
+import psycopg
+from psycopg import IsolationLevel, sql
 
-from hango.db import Database
+from hango.db import Database, DatabaseError
 from hango.fs.path import PathError, clean, clean_dir
 
 
@@ -168,21 +169,25 @@ class PostgresBackend:
         Files come back in the order given; each gets at most what the earlier ones left of
         ``limit``, so the whole query never transfers more than ``limit`` bytes of content.
         """
-        cleaned = list(dict.fromkeys(clean(p) for p in paths))
+        query, params = self._read_many_query(paths, limit)
         with self.db.tenant(self.tenant_id) as conn:
-            rows = conn.execute(
-                """SELECT f.path,
-                          substring(f.content FROM 1 FOR greatest(0, least(f.size, %(n)s
-                              - coalesce(sum(f.size) OVER (ORDER BY s.ord ROWS BETWEEN
-                                         UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::int),
-                          f.version, f.size
-                     FROM unnest(%(p)s::text[]) WITH ORDINALITY AS s(path, ord)
-                     JOIN agent_files f ON f.tenant_id = %(t)s AND f.agent_id = %(a)s
-                                       AND f.path = s.path
-                    ORDER BY s.ord""",
-                {**self._ns(), "n": limit, "p": cleaned}, binary=True,
-            ).fetchall()
+            rows = conn.execute(query, params, binary=True).fetchall()
         return self._rows(rows)
+
+    def _read_many_query(self, paths: Sequence[str], limit: int) -> tuple[str, dict[str, Any]]:
+        cleaned = list(dict.fromkeys(clean(p) for p in paths))
+        return (
+            """SELECT f.path,
+                      substring(f.content FROM 1 FOR greatest(0, least(f.size, %(n)s
+                          - coalesce(sum(f.size) OVER (ORDER BY s.ord ROWS BETWEEN
+                                     UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::int),
+                      f.version, f.size
+                 FROM unnest(%(p)s::text[]) WITH ORDINALITY AS s(path, ord)
+                 JOIN agent_files f ON f.tenant_id = %(t)s AND f.agent_id = %(a)s
+                                   AND f.path = s.path
+                ORDER BY s.ord""",
+            {**self._ns(), "n": limit, "p": cleaned},
+        )
 
     def heads(self, directories: Sequence[str], name: str, limit: int,
               max_per_dir: int | None = None, cut_after: Sequence[bytes] = ()) -> list[FileData]:
@@ -195,6 +200,14 @@ class PostgresBackend:
         is a literal in the SQL text, so for ``SKILL.md`` the planner can always prove, and use,
         the partial index that holds only ``SKILL.md`` rows.
         """
+        query, params = self._heads_query(directories, name, limit, max_per_dir, cut_after)
+        with self.db.tenant(self.tenant_id) as conn:
+            rows = conn.execute(query, params, binary=True).fetchall()
+        return self._rows(rows, lenient=True)
+
+    def _heads_query(self, directories: Sequence[str], name: str, limit: int,
+                     max_per_dir: int | None, cut_after: Sequence[bytes],
+                     ) -> tuple[sql.Composed, dict[str, Any]]:
         dirs = list(dict.fromkeys(clean_dir(d) for d in directories))
         if not name or "/" in name or "\\" in name:
             raise ValueError(f"name must be a bare file name, got {name!r}")
@@ -217,13 +230,8 @@ class PostgresBackend:
                                 WHERE position(m IN h.head) > 0) AS stop
                 ORDER BY f.path"""
         ).format(suffix=sql.SQL(_pattern_literal("%/" + like_escape(name))))
-        with self.db.tenant(self.tenant_id) as conn:
-            rows = conn.execute(
-                query,
-                {**self._ns(), "n": limit, "max": max_per_dir, "stops": list(cut_after),
-                 "lo": dirs, "hi": [d[:-1] + "0" for d in dirs]}, binary=True,
-            ).fetchall()
-        return self._rows(rows, lenient=True)
+        return query, {**self._ns(), "n": limit, "max": max_per_dir, "stops": list(cut_after),
+                       "lo": dirs, "hi": [d[:-1] + "0" for d in dirs]}
 
     def write(self, path: str, content: str, if_version: int | None = None) -> int:
         """Create or replace a file; return its new version."""
@@ -362,3 +370,68 @@ class PostgresBackend:
                 {**self._ns(), "like": like_escape(prefix) + "%", "re": glob_to_regex(pattern)},
             ).fetchall()
         return [r[0] for r in rows]
+
+    # --- before_run's reads, gated by the agent's change counter (issue 14) -------------------
+
+    def gated_read_many(self, paths: Sequence[str], limit: int, known: int | None) -> Gated:
+        """:meth:`read_many` as one read of :meth:`read_if_changed`."""
+        query, params = self._read_many_query(paths, limit)
+        return Gated(sql.SQL(query), params, False, known)
+
+    def gated_heads(self, directories: Sequence[str], name: str, limit: int, known: int | None,
+                    max_per_dir: int | None = None, cut_after: Sequence[bytes] = ()) -> Gated:
+        """:meth:`heads` as one read of :meth:`read_if_changed`."""
+        query, params = self._heads_query(directories, name, limit, max_per_dir, cut_after)
+        return Gated(query, params, True, known)
+
+    def read_if_changed(self, reads: Sequence[Gated]) -> tuple[int, list[list[FileData] | None]]:
+        """The agent's change counter, and the rows of each read whose ``known`` counter is not it
+        (``None`` for a read that is unchanged: the database skipped it, nothing was sent).
+
+        ONE protocol round trip, whatever changed: BEGIN, the tenant, the counter, every read and
+        COMMIT go out together in pipeline mode with a single Sync. The transaction is REPEATABLE
+        READ, so the counter and the rows come from one snapshot: rows are never older than the
+        counter they are cached under. Rows come back sorted by path.
+        """
+        counter_sql = ("SELECT coalesce((SELECT counter FROM agent_changes WHERE tenant_id = %(t)s"
+                       " AND agent_id = %(a)s), 0)")
+        gate = sql.SQL("SELECT q.* FROM ({}) AS q WHERE (" + counter_sql +
+                       ") IS DISTINCT FROM %(known)s")
+        try:
+            with self.db.pool.connection() as conn:
+                conn.isolation_level = IsolationLevel.REPEATABLE_READ
+                conn.read_only = True
+                try:
+                    with conn.pipeline(), conn.transaction():
+                        conn.execute("SELECT set_config('hango.tenant_id', %s, true)",
+                                     [self.tenant_id])
+                        counter_cur = conn.execute(counter_sql, self._ns())
+                        cursors = [conn.execute(gate.format(r.query), {**r.params, "known": r.known},
+                                                binary=True) for r in reads]
+                finally:
+                    conn.isolation_level = None
+                    conn.read_only = None
+                row = counter_cur.fetchone()
+                assert row is not None
+                counter = int(row[0])
+                out: list[list[FileData] | None] = []
+                for read, cur in zip(reads, cursors, strict=True):
+                    if read.known == counter:
+                        out.append(None)
+                    else:
+                        rows = sorted(cur.fetchall(), key=lambda r: str(r[0]))
+                        out.append(self._rows(rows, lenient=read.lenient))
+        except psycopg.OperationalError as exc:
+            raise DatabaseError(f"database unavailable: {exc}".strip()) from exc
+        return counter, out
+
+
+@dataclass(frozen=True)
+class Gated:
+    """One read for :meth:`PostgresBackend.read_if_changed`: a query, its parameters, and the
+    change counter its cached result was read at (``None``: nothing cached, always read)."""
+
+    query: sql.Composable
+    params: dict[str, Any]
+    lenient: bool
+    known: int | None
