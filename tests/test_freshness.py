@@ -8,6 +8,7 @@ warmed before every write, so each step checks an invalidation, not a cold read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -95,10 +96,8 @@ class Doors:
         backend = PostgresBackend(self.db, self.tenant, "a1")
         if door == "backend":
             if content is None:
-                try:
+                with contextlib.suppress(FileNotFound):
                     backend.delete(path)
-                except FileNotFound:
-                    pass
             else:
                 backend.write(path, content)
         elif door == "http":
@@ -115,10 +114,8 @@ class Doors:
             ctx = RunContext(self.tenant, "a1", config, backend, "tool", frozenset(config.tools),
                              Telemetry())
             tool = {t.spec.name: t for t in FILESYSTEM_TOOLS}["write_file"]
-            try:
+            with contextlib.suppress(Exception):
                 tool.fn(ctx, {"path": path, "content": content or ""})
-            except Exception:  # noqa: BLE001 - a refusal is the expected outcome here
-                pass
         elif door == "process":
             assert self.child.stdin is not None and self.child.stdout is not None
             self.child.stdin.write(json.dumps([self.tenant, "a1", "delete" if content is None
