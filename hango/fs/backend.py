@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
-from psycopg import IsolationLevel, sql
+from psycopg import sql
 
 from hango.db import Database, DatabaseError
 from hango.fs.path import PathError, clean, clean_dir
@@ -399,18 +399,20 @@ class PostgresBackend:
                        ") IS DISTINCT FROM %(known)s")
         try:
             with self.db.pool.connection() as conn:
-                conn.isolation_level = IsolationLevel.REPEATABLE_READ
-                conn.read_only = True
+                # autocommit for the duration, so that psycopg adds no BEGIN or COMMIT of its own
+                # (each would sync the pipeline): ours go out in the one batch.
+                conn.autocommit = True
                 try:
-                    with conn.pipeline(), conn.transaction():
+                    with conn.pipeline():
+                        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                         conn.execute("SELECT set_config('hango.tenant_id', %s, true)",
                                      [self.tenant_id])
                         counter_cur = conn.execute(counter_sql, self._ns())
                         cursors = [conn.execute(gate.format(r.query), {**r.params, "known": r.known},
                                                 binary=True) for r in reads]
+                        conn.execute("COMMIT")  # leaving the pipeline sends the one Sync
                 finally:
-                    conn.isolation_level = None
-                    conn.read_only = None
+                    conn.autocommit = False
                 row = counter_cur.fetchone()
                 assert row is not None
                 counter = int(row[0])
