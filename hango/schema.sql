@@ -141,3 +141,25 @@ INSERT INTO agent_changes (tenant_id, agent_id, counter)
     ON CONFLICT DO NOTHING;
 REVOKE ALL ON agent_changes FROM hango_app;
 GRANT SELECT ON agent_changes TO hango_app;
+
+-- ===== skills heads cut at write time (issue 14) ===================================================
+-- The skills scan reads only each SKILL.md's frontmatter. Cutting it per row at every scan
+-- (substring + position over a TOASTed 2 KiB file) cost 10 ms for 1,000 skills; a small `head`
+-- column computed once, when the file is written (by any door: it is a generated column), costs
+-- 1 ms to read. The cut is the one `PostgresBackend.heads` makes with the skills middleware's
+-- arguments: the first 16384 bytes (frontmatter.HEAD_BYTES), ended after the first line that
+-- is exactly `---` (skills.FENCES). NULL for every other file. A test checks both give the same.
+-- The function's name carries its version: a new cut needs a new function and column.
+CREATE OR REPLACE FUNCTION hango_skill_head_v1(path text, content bytea) RETURNS bytea
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN path LIKE '%/SKILL.md' THEN (
+        SELECT CASE WHEN c.cut IS NULL THEN h.head ELSE substring(h.head FROM 1 FOR c.cut) END
+          FROM (SELECT substring(content FROM 1 FOR 16384) AS head) AS h,
+               LATERAL (SELECT min(position(m IN h.head) + length(m) - 1) AS cut
+                          FROM unnest(ARRAY['\x0a2d2d2d0a'::bytea, '\x0a2d2d2d0d0a'::bytea]) AS m
+                         WHERE position(m IN h.head) > 0) AS c)
+    END
+    $$;
+ALTER TABLE agent_files ADD COLUMN IF NOT EXISTS skill_head bytea
+    GENERATED ALWAYS AS (hango_skill_head_v1(path, content)) STORED;

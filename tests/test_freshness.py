@@ -247,3 +247,25 @@ def test_a_cached_run_is_one_round_trip_and_replays_the_warnings(db: Database, t
         PostgresBackend.read_if_changed = original  # type: ignore[method-assign]
     assert len(calls) == 1  # skills prefetched memory's read: one call for the whole before_run
     assert calls[0][1] == [None, None]  # ... and the database skipped both reads
+
+
+# --- the heads cut at write time -----------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.one_of(
+    st.text(alphabet="-\r\nab: é", max_size=60),
+    st.builds(lambda a, b: f"---\nname: x\n{a}\n---{b}", st.text(alphabet="-\r\nab: ", max_size=40),
+              st.sampled_from(["\n", "\r\n", "", "-\n", " \n"])),
+    st.just("---\nname: big\n" + "d" * 20000 + "\n---\n"),
+), min_size=1, max_size=4))
+def test_the_head_cut_at_write_time_is_the_cut_heads_makes(backend: PostgresBackend,
+                                                          texts: list[str]) -> None:
+    from hango.agent.frontmatter import HEAD_BYTES
+    from hango.agent.skills import FENCES
+
+    for i, text in enumerate(texts):
+        backend.write(f"/skills/s{i}/SKILL.md", text)
+    backend.write("/skills/s0/notes.md", "---\nnot a skill\n---\n")
+    per_scan = backend.heads(["/skills/"], "SKILL.md", HEAD_BYTES, max_per_dir=10,
+                             cut_after=FENCES)
+    assert backend.skill_heads(["/skills/"], max_per_dir=10) == per_scan

@@ -48,9 +48,10 @@ class Read:
 
     ``files``: :meth:`~hango.fs.backend.PostgresBackend.read_many` of ``sources`` within
     ``limit`` bytes. ``heads``: :meth:`~hango.fs.backend.PostgresBackend.heads` of every
-    ``name`` under ``sources``."""
+    ``name`` under ``sources``. ``skill_heads``: the same for ``SKILL.md`` with the skills cut,
+    from the column the database fills at write time (``max_per_dir`` files per source)."""
 
-    kind: Literal["files", "heads"]
+    kind: Literal["files", "heads", "skill_heads"]
     sources: tuple[str, ...]
     limit: int
     name: str = ""
@@ -61,12 +62,16 @@ class Read:
     def gated(self, backend: PostgresBackend, known: int | None) -> Gated:
         if self.kind == "files":
             return backend.gated_read_many(self.sources, self.limit, known)
+        if self.kind == "skill_heads":
+            return backend.gated_skill_heads(self.sources, self.limit, known)
         return backend.gated_heads(self.sources, self.name, self.limit, known,
                                    self.max_per_dir, self.cut_after)
 
     def plain(self, backend: Any) -> list[FileData]:
         if self.kind == "files":
             return list(backend.read_many(self.sources, self.limit))
+        if self.kind == "skill_heads":
+            return list(backend.skill_heads(self.sources, self.limit))
         return list(backend.heads(self.sources, self.name, self.limit,
                                   max_per_dir=self.max_per_dir, cut_after=self.cut_after))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, LiteralString, Protocol
 
 import psycopg
 from psycopg import sql
@@ -174,7 +174,8 @@ class PostgresBackend:
             rows = conn.execute(query, params, binary=True).fetchall()
         return self._rows(rows)
 
-    def _read_many_query(self, paths: Sequence[str], limit: int) -> tuple[str, dict[str, Any]]:
+    def _read_many_query(self, paths: Sequence[str],
+                         limit: int) -> tuple[LiteralString, dict[str, Any]]:
         cleaned = list(dict.fromkeys(clean(p) for p in paths))
         return (
             """SELECT f.path,
@@ -383,6 +384,35 @@ class PostgresBackend:
         """:meth:`heads` as one read of :meth:`read_if_changed`."""
         query, params = self._heads_query(directories, name, limit, max_per_dir, cut_after)
         return Gated(query, params, True, known)
+
+    def skill_heads(self, directories: Sequence[str], max_per_dir: int) -> list[FileData]:
+        """:meth:`heads` of every ``SKILL.md`` with the skills middleware's cut (its first
+        ``HEAD_BYTES``, ended after the closing ``---``), read from the ``skill_head`` column
+        that the database computes when the file is written: small rows, no per-scan cutting."""
+        query, params = self._skill_heads_query(directories, max_per_dir)
+        with self.db.tenant(self.tenant_id) as conn:
+            rows = conn.execute(query, params, binary=True).fetchall()
+        return self._rows(rows, lenient=True)
+
+    def gated_skill_heads(self, directories: Sequence[str], max_per_dir: int,
+                          known: int | None) -> Gated:
+        """:meth:`skill_heads` as one read of :meth:`read_if_changed`."""
+        query, params = self._skill_heads_query(directories, max_per_dir)
+        return Gated(sql.SQL(query), params, True, known)
+
+    def _skill_heads_query(self, directories: Sequence[str],
+                           max_per_dir: int) -> tuple[LiteralString, dict[str, Any]]:
+        dirs = list(dict.fromkeys(clean_dir(d) for d in directories))
+        return (
+            """SELECT DISTINCT ON (f.path) f.path, f.skill_head, f.version, f.size
+                 FROM unnest(%(lo)s::text[], %(hi)s::text[]) AS d(lo, hi),
+                      LATERAL (SELECT path, skill_head, version, size FROM agent_files
+                                WHERE tenant_id = %(t)s AND agent_id = %(a)s
+                                  AND path >= d.lo AND path < d.hi AND path LIKE '%%/SKILL.md'
+                                ORDER BY path LIMIT %(max)s) AS f
+                ORDER BY f.path""",
+            {**self._ns(), "max": max_per_dir, "lo": dirs, "hi": [d[:-1] + "0" for d in dirs]},
+        )
 
     def read_if_changed(self, reads: Sequence[Gated]) -> tuple[int, list[list[FileData] | None]]:
         """The agent's change counter, and the rows of each read whose ``known`` counter is not it
