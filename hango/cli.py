@@ -259,6 +259,19 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_workshop(args: argparse.Namespace, settings: Settings) -> int:
+    from hango.workshop import as_csv, provision
+
+    db = _open_db(settings)
+    try:
+        seats = provision(db, args.learners, prefix=args.prefix, agent=args.agent)
+    finally:
+        db.close()
+    sys.stdout.write(as_csv(seats))
+    _say(f"{len(seats)} learners provisioned; the tokens are shown only this once")
+    return 0
+
+
 # --- main --------------------------------------------------------------------------------------
 
 
@@ -311,6 +324,15 @@ def _parser() -> argparse.ArgumentParser:
                               help="skills directories under /skills/ (default: tenant default)")
     agent_create.add_argument("--system-prompt")
     agent.set_defaults(func=cmd_agent)
+
+    workshop = sub.add_parser("workshop", help="many learners at once")
+    workshop_sub = workshop.add_subparsers(dest="action", required=True, metavar="ACTION")
+    provision = workshop_sub.add_parser(
+        "provision", help="a tenant, an owner token and an agent per learner; CSV on stdout")
+    provision.add_argument("--learners", type=int, required=True)
+    provision.add_argument("--prefix", default="learner", help="tenant ids are PREFIX-01 ...")
+    provision.add_argument("--agent", default="a1", help="the agent id each learner gets")
+    workshop.set_defaults(func=cmd_workshop)
     return parser
 
 
