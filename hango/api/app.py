@@ -198,7 +198,9 @@ _bearer = HTTPBearer(
 )
 
 
-def _principal(
+# Dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` in a worker thread,
+# and each such hop costs a thread hand-off per request (most of the files API's floor).
+async def _principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
@@ -208,7 +210,8 @@ def _principal(
                else "the Authorization header is not 'Bearer <token>'")
         raise HTTPException(401, f"{why}: send Authorization: Bearer <token>",
                             headers={"WWW-Authenticate": 'Bearer realm="hango"'})
-    principal = principal_for(_db(request), credentials.credentials)
+    token = credentials.credentials
+    principal = await run_in_threadpool(lambda: principal_for(_db(request), token))
     if principal is None:
         raise HTTPException(401, "unknown bearer token", headers={
             "WWW-Authenticate": 'Bearer realm="hango", error="invalid_token"'})
@@ -249,7 +252,7 @@ class _Agent:
 AgentId = Annotated[str, UrlPath(pattern=ID_PATTERN, description="The agent's id.")]
 
 
-def _agent(
+async def _agent(
     request: Request, agent_id: AgentId, principal: Annotated[Principal, Depends(_principal)]
 ) -> _Agent:
     return _Agent(_db(request), principal, agent_id)
@@ -266,7 +269,7 @@ _PATH_SHAPE = r"^[^/\\\x00-\x1f\x7f-\x9f]+(/[^/\\\x00-\x1f\x7f-\x9f]+)*$"
 _QUERY_PATH_SHAPE = r"^/[^\\\x00-\x1f\x7f-\x9f]*$"  # absolute; no backslash or control
 
 
-def _file_path(
+async def _file_path(
     request: Request,
     path: Annotated[str, UrlPath(description=_PATH_RULES,
                                  json_schema_extra={"pattern": _PATH_SHAPE})],
@@ -289,7 +292,7 @@ def _file_path(
 _VERSION_TAG = re.compile(r'\s*"(\d{1,18})"\s*')
 
 
-def _if_match(
+async def _if_match(
     if_match: Annotated[str | None, Header(
         description='Write only at this version: "3". "0" means create only.'),
         WithJsonSchema({"type": "string", "pattern": r'^\s*("\d{1,18}"\s*)?$'})] = None,
@@ -303,7 +306,7 @@ def _if_match(
     return int(found[1])
 
 
-def _put_precondition(
+async def _put_precondition(
     if_match: Annotated[int | None, Depends(_if_match)],
     if_none_match: Annotated[str | None, Header(
         description="`*`: create only, refuse (412) if the file exists."),
