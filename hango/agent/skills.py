@@ -83,9 +83,13 @@ def one_line(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def render_index(skills: Sequence[Skill]) -> str:
-    lines = [f"- {one_line(s.name)} — {one_line(s.description)} ({one_line(s.path)})"
-             for s in skills]
+def index_line(skill: Skill) -> str:
+    return f"- {one_line(skill.name)} — {one_line(skill.description)} ({one_line(skill.path)})"
+
+
+def render_index(skills: Sequence[Skill], known: dict[Skill, str] | None = None) -> str:
+    """The index block. ``known``: lines rendered before, by skill (an agent's memo)."""
+    lines = [(known.get(s) if known else None) or index_line(s) for s in skills]
     return "\n".join([INDEX_HEADER, *lines, INDEX_FOOTER])
 
 
@@ -156,7 +160,11 @@ class SkillsMiddleware:
                     self._narrow(ctx, skill)
                 state.skills = ordered
                 ctx.skills_count = len(ordered)
-                state.index = render_index(ordered) if ordered else None
+                # Lines are memoised per agent too, under the key "" (no path is empty).
+                known = found.memo.get("")
+                before = known if isinstance(known, dict) else {}
+                memo[""] = lines = {s: before.get(s) or index_line(s) for s in ordered}
+                state.index = render_index(ordered, lines) if ordered else None
                 found.store((ordered, state.index), memo)
             span.set_attribute(ATTR_SKILLS_COUNT, ctx.skills_count)
             span.set_attribute(ATTR_SKILLS_INVALID, ctx.skills_invalid)
