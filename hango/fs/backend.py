@@ -442,6 +442,8 @@ class PostgresBackend:
                                                 binary=True) for r in reads]
                         conn.execute("COMMIT")  # leaving the pipeline sends the one Sync
                 finally:
+                    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                        conn.execute("ROLLBACK")  # a statement failed: end our transaction
                     conn.autocommit = False
                 row = counter_cur.fetchone()
                 assert row is not None
