@@ -30,7 +30,7 @@ from hango.agent.tools import FILESYSTEM_TOOLS
 from hango.agents import AgentConfig, create_tenant, create_token, load_agent, save_agent
 from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
-from hango.fs.backend import FileNotFound, PostgresBackend
+from hango.fs.backend import SKILL_HEAD, FileNotFound, PostgresBackend
 from hango.telemetry import Telemetry
 
 PATHS = ["/memories/AGENTS.md", "/memories/team.md", "/skills/a/SKILL.md", "/skills/b/SKILL.md",
@@ -269,3 +269,5 @@ def test_the_head_cut_at_write_time_is_the_cut_heads_makes(backend: PostgresBack
     per_scan = backend.heads(["/skills/"], "SKILL.md", HEAD_BYTES, max_per_dir=10,
                              cut_after=FENCES)
     assert backend.skill_heads(["/skills/"], max_per_dir=10) == per_scan
+    # and the middleware's arguments are the column's, so before_run reads the column
+    assert SKILL_HEAD == ("SKILL.md", HEAD_BYTES, FENCES)

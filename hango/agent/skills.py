@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hango.agent import snapshot
-from hango.agent.frontmatter import Frontmatter, FrontmatterError, parse
+from hango.agent.frontmatter import HEAD_BYTES, Frontmatter, FrontmatterError, parse
 from hango.agent.hooks import RunContext, StateKey, ToolCallNext
 from hango.models.base import Block, ToolCall, ToolResult
 from hango.settings import Settings, get_settings
@@ -117,9 +117,9 @@ class SkillsMiddleware:
             # One query, bounded: at most max_skills + 1 files per source (the +1 tells us a
             # source has more than the cap), and only the head of each file; or, when no skill
             # file changed since the last run, that run's index, replayed (hango.agent.snapshot).
-            # (The heads are cut at write time: the skill_head column, see schema.sql.)
             found = snapshot.lookup(ctx, snapshot.Read(
-                "skill_heads", tuple(sources), self.max_skills + 1,
+                "heads", tuple(sources), HEAD_BYTES, name="SKILL.md",
+                max_per_dir=self.max_skills + 1, cut_after=FENCES,
                 salt=(self.max_skills, ctx.allowlist)))
             if found.built is not None:
                 snapshot.replay(ctx, found.built)

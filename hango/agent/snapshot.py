@@ -48,10 +48,9 @@ class Read:
 
     ``files``: :meth:`~hango.fs.backend.PostgresBackend.read_many` of ``sources`` within
     ``limit`` bytes. ``heads``: :meth:`~hango.fs.backend.PostgresBackend.heads` of every
-    ``name`` under ``sources``. ``skill_heads``: the same for ``SKILL.md`` with the skills cut,
-    from the column the database fills at write time (``max_per_dir`` files per source)."""
+    ``name`` under ``sources``."""
 
-    kind: Literal["files", "heads", "skill_heads"]
+    kind: Literal["files", "heads"]
     sources: tuple[str, ...]
     limit: int
     name: str = ""
@@ -62,16 +61,12 @@ class Read:
     def gated(self, backend: PostgresBackend, known: int | None) -> Gated:
         if self.kind == "files":
             return backend.gated_read_many(self.sources, self.limit, known)
-        if self.kind == "skill_heads":
-            return backend.gated_skill_heads(self.sources, self.limit, known)
         return backend.gated_heads(self.sources, self.name, self.limit, known,
                                    self.max_per_dir, self.cut_after)
 
     def plain(self, backend: Any) -> list[FileData]:
         if self.kind == "files":
             return list(backend.read_many(self.sources, self.limit))
-        if self.kind == "skill_heads":
-            return list(backend.skill_heads(self.sources, self.limit))
         return list(backend.heads(self.sources, self.name, self.limit,
                                   max_per_dir=self.max_per_dir, cut_after=self.cut_after))
 
@@ -193,11 +188,12 @@ def lookup(ctx: RunContext, read: Read, cache: SnapshotCache | None = None) -> L
     """This run's rows for ``read``, or the result built from them when nothing has changed."""
     cache = cache or CACHE
     marks = (len(ctx.warnings), len(ctx.events), _published(ctx))
+    from hango.db import Database
     from hango.fs.backend import PostgresBackend
 
     backend = ctx.backend
-    if not isinstance(backend, PostgresBackend):  # another Backend: read every run, cache nothing
-        return Lookup(read.plain(backend), None, ctx, marks)
+    if not isinstance(backend, PostgresBackend) or not isinstance(backend.db, Database):
+        return Lookup(read.plain(backend), None, ctx, marks)  # read every run, cache nothing
     entry = cache.entry((backend.db.app_conninfo, ctx.tenant_id, ctx.agent_id))
     run = ctx.state(_RUN)
     if read not in run.fetched:

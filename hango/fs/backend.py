@@ -115,6 +115,11 @@ def _pattern_literal(pattern: str) -> str:
     return "'" + pattern.replace("'", "''").replace("%", "%%") + "'"
 
 
+# The cut the ``skill_head`` generated column holds (schema.sql): the first 16384 bytes of each
+# SKILL.md, ended after the first line that is exactly ``---``. The skills middleware's arguments.
+SKILL_HEAD = ("SKILL.md", 16384, (b"\n---\n", b"\n---\r\n"))
+
+
 class Backend(Protocol):
     """What memory, skills, the tools and the files API need from a filesystem."""
 
@@ -381,7 +386,10 @@ class PostgresBackend:
 
     def gated_heads(self, directories: Sequence[str], name: str, limit: int, known: int | None,
                     max_per_dir: int | None = None, cut_after: Sequence[bytes] = ()) -> Gated:
-        """:meth:`heads` as one read of :meth:`read_if_changed`."""
+        """:meth:`heads` as one read of :meth:`read_if_changed`; the skills cut is read from the
+        ``skill_head`` column the database filled at write time (same bytes, small rows)."""
+        if (name, limit, tuple(cut_after)) == SKILL_HEAD and max_per_dir is not None:
+            return self.gated_skill_heads(directories, max_per_dir, known)
         query, params = self._heads_query(directories, name, limit, max_per_dir, cut_after)
         return Gated(query, params, True, known)
 
