@@ -246,7 +246,7 @@ def test_a_cached_run_is_one_round_trip_and_replays_the_warnings(db: Database, t
     finally:
         PostgresBackend.read_if_changed = original  # type: ignore[method-assign]
     assert len(calls) == 1  # skills prefetched memory's read: one call for the whole before_run
-    assert calls[0][1] == [None, None]  # ... and the database skipped both reads
+    assert [rows for _, rows in calls[0]] == [None, None]  # ... the database skipped both reads
 
 
 # --- the heads cut at write time -----------------------------------------------------------------

@@ -6,8 +6,8 @@ ten round trips. Instead, every write of a file under ``/memories/`` or ``/skill
 door, plain SQL included) gives the agent's row of ``agent_changes`` a new counter value, in the
 same transaction: a trigger in ``schema.sql`` does it, not application code. So ``before_run``:
 
-1. sends ONE pipelined round trip: BEGIN, the tenant, the counter, and each read *gated in SQL*
-   on the counter its cached result was read at (an unchanged read returns nothing), COMMIT;
+1. sends ONE pipelined round trip: the tenant, and each read *gated in SQL* on the counter its
+   cached result was read at (an unchanged read returns only the counter);
 2. unchanged: replays the cached result (state, warnings, events, published figures) as if it
    had just been parsed; changed: the middleware parses the rows and stores what it built.
 
@@ -204,9 +204,9 @@ def lookup(ctx: RunContext, read: Read, cache: SnapshotCache | None = None) -> L
                 wanted[other] = built
         reads = list(wanted)
         known = [None if b is None else b.counter for b in wanted.values()]
-        counter, results = backend.read_if_changed(
+        results = backend.read_if_changed(
             [r.gated(backend, k) for r, k in zip(reads, known, strict=True)])
-        for r, rows in zip(reads, results, strict=True):
+        for r, (counter, rows) in zip(reads, results, strict=True):
             run.fetched[r] = (counter, rows, wanted[r])
     counter, rows, built = run.fetched[read]
     if rows is None:

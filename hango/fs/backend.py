@@ -422,50 +422,50 @@ class PostgresBackend:
             {**self._ns(), "max": max_per_dir, "lo": dirs, "hi": [d[:-1] + "0" for d in dirs]},
         )
 
-    def read_if_changed(self, reads: Sequence[Gated]) -> tuple[int, list[list[FileData] | None]]:
-        """The agent's change counter, and the rows of each read whose ``known`` counter is not it
-        (``None`` for a read that is unchanged: the database skipped it, nothing was sent).
+    def read_if_changed(self, reads: Sequence[Gated]) -> list[tuple[int, list[FileData] | None]]:
+        """For each read: the agent's change counter, and the rows when ``known`` is not that
+        counter (``None`` when it is: the database skipped the read, nothing was sent).
 
-        ONE protocol round trip, whatever changed: BEGIN, the tenant, the counter, every read and
-        COMMIT go out together in pipeline mode with a single Sync. The transaction is REPEATABLE
-        READ, so the counter and the rows come from one snapshot: rows are never older than the
+        ONE protocol round trip, whatever changed: the tenant and every read go out together in
+        pipeline mode with a single Sync, which makes them one implicit transaction (the tenant
+        set with ``set_config(..., true)`` holds until that Sync, then is gone). Each read returns
+        the counter it was gated on from its own snapshot, so its rows are never older than the
         counter they are cached under. Rows come back sorted by path.
         """
-        counter_sql = ("SELECT coalesce((SELECT counter FROM agent_changes WHERE tenant_id = %(t)s"
-                       " AND agent_id = %(a)s), 0)")
-        gate = sql.SQL("SELECT q.* FROM ({}) AS q WHERE (" + counter_sql +
-                       ") IS DISTINCT FROM %(known)s")
+        gate = sql.SQL(
+            """SELECT c.counter, q.*
+                 FROM (SELECT coalesce((SELECT counter FROM agent_changes
+                                         WHERE tenant_id = %(t)s AND agent_id = %(a)s), 0)
+                              AS counter) AS c
+                 LEFT JOIN LATERAL (SELECT * FROM ({}) AS s
+                                     WHERE c.counter IS DISTINCT FROM %(known)s
+                                    OFFSET 0) AS q ON true""")  # OFFSET 0: a gate, not a filter
         try:
             with self.db.pool.connection() as conn:
                 # autocommit for the duration, so that psycopg adds no BEGIN or COMMIT of its own
-                # (each would sync the pipeline): ours go out in the one batch.
+                # (each would sync the pipeline).
                 conn.autocommit = True
                 try:
                     with conn.pipeline():
-                        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                         conn.execute("SELECT set_config('hango.tenant_id', %s, true)",
                                      [self.tenant_id])
-                        counter_cur = conn.execute(counter_sql, self._ns())
                         cursors = [conn.execute(gate.format(r.query), {**r.params, "known": r.known},
                                                 binary=True) for r in reads]
-                        conn.execute("COMMIT")  # leaving the pipeline sends the one Sync
                 finally:
-                    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                        conn.execute("ROLLBACK")  # a statement failed: end our transaction
                     conn.autocommit = False
-                row = counter_cur.fetchone()
-                assert row is not None
-                counter = int(row[0])
-                out: list[list[FileData] | None] = []
+                out: list[tuple[int, list[FileData] | None]] = []
                 for read, cur in zip(reads, cursors, strict=True):
+                    rows = cur.fetchall()
+                    counter = int(rows[0][0])
                     if read.known == counter:
-                        out.append(None)
+                        out.append((counter, None))
                     else:
-                        rows = sorted(cur.fetchall(), key=lambda r: str(r[0]))
-                        out.append(self._rows(rows, lenient=read.lenient))
+                        found = sorted((r[1:] for r in rows if r[1] is not None),
+                                       key=lambda r: str(r[0]))
+                        out.append((counter, self._rows(found, lenient=read.lenient)))
         except psycopg.OperationalError as exc:
             raise DatabaseError(f"database unavailable: {exc}".strip()) from exc
-        return counter, out
+        return out
 
 
 @dataclass(frozen=True)
