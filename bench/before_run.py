@@ -173,8 +173,12 @@ def round_trips(db: Database, fn: Callable[[], object]) -> int:
                 pool.putconn(conn)
         trace.seek(0)
         lines = trace.read().decode("utf-8", "replace").splitlines()
-    # A round trip is a burst of frontend messages followed by the server's answer.
-    sent = [line.split("\t", 1)[0] == "F" for line in lines]
+    # A round trip is a burst of frontend messages followed by the server's answer. A message
+    # whose SQL text spans lines continues on lines that start with neither F nor B.
+    sent: list[bool] = []
+    for line in lines:
+        direction = line.split("\t", 1)[0]
+        sent.append(direction == "F" if direction in ("F", "B") else bool(sent and sent[-1]))
     return sum(1 for i, f in enumerate(sent) if f and (i == 0 or not sent[i - 1]))
 
 

@@ -447,7 +447,11 @@ class PostgresBackend:
                 conn.autocommit = True
                 try:
                     with conn.pipeline():
-                        conn.execute("SELECT set_config('hango.tenant_id', %s, true)",
+                        # A generic plan: these statements are prepared (psycopg does it
+                        # after 5 uses), and re-planning them each time cost more than the
+                        # gated run itself (0.2 of 0.27 ms).
+                        conn.execute("SELECT set_config('hango.tenant_id', %s, true),"
+                                     " set_config('plan_cache_mode', 'force_generic_plan', true)",
                                      [self.tenant_id])
                         cursors = [conn.execute(gate.format(r.query), {**r.params, "known": r.known},
                                                 binary=True) for r in reads]
