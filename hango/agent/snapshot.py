@@ -16,7 +16,7 @@ The first middleware of a run (skills) prefetches every read this agent made in 
 run. A read is keyed by everything its result depends on (sources, caps, allowlist), so a
 config change is a different key, never a stale hit.
 
-Bounded: at most ``HANGO_SNAPSHOT_AGENTS`` agents (least recently used first out), each holding
+Bounded: at most :data:`DEFAULT_AGENTS` (128) agents (least recently used first out), each holding
 at most :data:`READS_PER_AGENT` results and its own parse memo (no process-wide memo that a
 10,000-skill agent, or many agents, would thrash).
 """
