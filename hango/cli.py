@@ -393,6 +393,22 @@ def cmd_proposals(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+# --- workshop ----------------------------------------------------------------------------------
+
+
+def cmd_workshop(args: argparse.Namespace, settings: Settings) -> int:
+    from hango.workshop import as_csv, provision
+
+    db = _open_db(settings)
+    try:
+        seats = provision(db, args.learners, prefix=args.prefix, agent=args.agent)
+    finally:
+        db.close()
+    sys.stdout.write(as_csv(seats))
+    _say(f"{len(seats)} learners provisioned; the tokens are shown only this once")
+    return 0
+
+
 # --- main --------------------------------------------------------------------------------------
 
 
@@ -502,6 +518,14 @@ def _parser() -> argparse.ArgumentParser:
             one.add_argument("--base-version", type=int,
                              help="approve against this version (after a conflict)")
     prop.set_defaults(func=cmd_proposals)
+    workshop = sub.add_parser("workshop", help="many learners at once")
+    workshop_sub = workshop.add_subparsers(dest="action", required=True, metavar="ACTION")
+    provision = workshop_sub.add_parser(
+        "provision", help="a tenant, an owner token and an agent per learner; CSV on stdout")
+    provision.add_argument("--learners", type=int, required=True)
+    provision.add_argument("--prefix", default="learner", help="tenant ids are PREFIX-01 ...")
+    provision.add_argument("--agent", default="a1", help="the agent id each learner gets")
+    workshop.set_defaults(func=cmd_workshop)
     return parser
 
 

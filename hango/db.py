@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
 import subprocess
 import tempfile
 import threading
@@ -189,7 +190,12 @@ class Database:
         """Check a pooled connection before it is handed out. When one is dead, the server has
         most likely restarted and every idle one is dead too: check them all at once
         (``pool.check()`` replaces the dead ones). Left to the pool, one request would find them
-        one by one, sleeping 1, 2, 4 ... s between them, and fail although the server is up."""
+        one by one, sleeping 1, 2, 4 ... s between them, and fail although the server is up.
+
+        First without a round trip: an idle connection has nothing to read, while one the server
+        has closed (a restart sends an error, then end-of-file) has. Only then is it pinged."""
+        if not conn.closed and not select.select([conn.fileno()], [], [], 0)[0]:
+            return
         try:
             ConnectionPool.check_connection(conn)
         except psycopg.Error:

@@ -9,8 +9,10 @@ Exactly two hooks, and deliberately no ``wrap_model_call``:
   to edit (with ``edit_file``: there is no memory tool, and the agent may not write there; an
   owner or admin edits memory through the files API).
 
-Memory is re-read at the start of every run and never cached across runs: an edit made between
-runs is in the next run's prompt. Because Memory sits *after* PromptCache, its blocks land after
+Memory is re-read at the start of every run, in effect: an edit made between runs is in the next
+run's prompt. In fact the read is skipped, in SQL, while the agent's change counter (bumped by a
+trigger on every write under ``/memories/`` or ``/skills/``) has not moved, and the last result is
+replayed (:mod:`hango.agent.snapshot`). Because Memory sits *after* PromptCache, its blocks land after
 the cache breakpoint: editing memory never invalidates the cached prefix before it.
 
 HTML comments: ``<!-- ... -->`` is removed wherever it appears, including inside code fences
@@ -59,6 +61,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from hango.agent import snapshot
 from hango.agent.hooks import RunContext, StateKey
 from hango.models.base import Block
 from hango.telemetry import (
@@ -137,29 +140,37 @@ class MemoryMiddleware:
         state = ctx.state(self.key)
         started = time.perf_counter()
         with ctx.telemetry.span(SPAN_MEMORY_LOAD) as span:
-            # One query; each file cut to the cap in SQL, so a 10 MiB file costs 64 KiB.
-            found = {f.path: f for f in ctx.backend.read_many(sources, self.max_bytes)}
-            present = []
-            for path in dict.fromkeys(sources):
-                if path in found:
-                    present.append(found[path])
-                else:
-                    state.missing.append(path)
-                    ctx.warn(f"memory source {path} does not exist; skipped",
-                             event=EVENT_MEMORY_MISSING, path=path)
-            budget = self.max_bytes
-            for i, data in enumerate(present):
-                text = frame_safe(strip_comments(data.content))
-                if not data.truncated and _bytes(text) <= budget:
-                    budget -= _bytes(text)
-                    state.loaded.append((data.path, text))
-                    continue
-                # Over the cap: cut this source (or leave it out whole when none of it fits),
-                # leave out the ones after it, and stop.
-                state.truncated = True
-                self._over_cap(ctx, state, data.path, data.size, text, budget,
-                               [d.path for d in present[i + 1:]])
-                break
+            # One query; each file cut to the cap in SQL, so a 10 MiB file costs 64 KiB. Or,
+            # when no memory file changed since the last run, that run's result, replayed.
+            lookup = snapshot.lookup(ctx, snapshot.Read("files", tuple(sources), self.max_bytes))
+            if lookup.built is not None:
+                snapshot.replay(ctx, lookup.built)
+                state.loaded, state.missing, state.truncated = lookup.built.value
+                state.loaded, state.missing = list(state.loaded), list(state.missing)
+            else:
+                found = {f.path: f for f in lookup.rows}
+                present = []
+                for path in dict.fromkeys(sources):
+                    if path in found:
+                        present.append(found[path])
+                    else:
+                        state.missing.append(path)
+                        ctx.warn(f"memory source {path} does not exist; skipped",
+                                 event=EVENT_MEMORY_MISSING, path=path)
+                budget = self.max_bytes
+                for i, data in enumerate(present):
+                    text = frame_safe(strip_comments(data.content))
+                    if not data.truncated and _bytes(text) <= budget:
+                        budget -= _bytes(text)
+                        state.loaded.append((data.path, text))
+                        continue
+                    # Over the cap: cut this source (or leave it out whole when none of it fits),
+                    # leave out the ones after it, and stop.
+                    state.truncated = True
+                    self._over_cap(ctx, state, data.path, data.size, text, budget,
+                                   [d.path for d in present[i + 1:]])
+                    break
+                lookup.store((tuple(state.loaded), tuple(state.missing), state.truncated))
             total = sum(len(t.encode("utf-8")) for _, t in state.loaded)
             ctx.attributes[ATTR_MEMORY_SOURCES] = [p for p, _ in state.loaded]  # published
             ctx.attributes[ATTR_MEMORY_BYTES] = total

@@ -44,8 +44,8 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
+from hango.agent import snapshot
 from hango.agent.frontmatter import HEAD_BYTES, Frontmatter, FrontmatterError, parse
 from hango.agent.hooks import RunContext, StateKey, ToolCallNext
 from hango.models.base import Block, ToolCall, ToolResult
@@ -77,14 +77,15 @@ class Skill:
 @dataclass
 class SkillsState:
     skills: list[Skill] = field(default_factory=list)
+    index: str | None = None  # the index text, built once per run (not per model call)
     active: frozenset[str] | None = None  # the callable set once a narrowing skill is in use
     in_use: list[str] = field(default_factory=list)
 
 
-@lru_cache(maxsize=4096)
 def parse_head(head: str) -> Frontmatter | FrontmatterError:
-    """``parse`` memoised on the head's exact text: files are re-read every run, but a head
-    that has not changed is not parsed again. Keyed on the text itself, it can never be stale."""
+    """``parse``, with the error as a value. Memoised per agent (see ``before_run``), keyed on
+    the head's exact text, so it can never be stale; no process-wide memo for 10,000 skills or
+    many agents to thrash."""
     try:
         return parse(head)
     except FrontmatterError as exc:
@@ -93,8 +94,11 @@ def parse_head(head: str) -> Frontmatter | FrontmatterError:
 
 def one_line(text: str) -> str:
     """Keep untrusted text on its index line: whitespace folded, markup characters escaped."""
-    text = "".join(ch if ch.isprintable() else " " for ch in text)
-    text = _SPACE.sub(" ", text).strip()
+    if not text.isprintable():  # the common case skips the per-character pass (1,000 skills)
+        text = "".join(ch if ch.isprintable() else " " for ch in text)
+    if "  " in text or not text.isprintable():
+        text = _SPACE.sub(" ", text)
+    text = text.strip()
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -102,8 +106,10 @@ def index_line(skill: Skill) -> str:
     return f"- {one_line(skill.name)} — {one_line(skill.description)} ({one_line(skill.path)})"
 
 
-def render_index(skills: Sequence[Skill]) -> str:
-    return "\n".join([INDEX_HEADER, *(index_line(s) for s in skills), INDEX_FOOTER])
+def render_index(skills: Sequence[Skill], known: dict[Skill, str] | None = None) -> str:
+    """The index block. ``known``: lines rendered before, by skill (an agent's memo)."""
+    lines = [(known.get(s) if known else None) or index_line(s) for s in skills]
+    return "\n".join([INDEX_HEADER, *lines, INDEX_FOOTER])
 
 
 def within_budget(skills: Sequence[Skill], max_bytes: int) -> int:
@@ -143,56 +149,76 @@ class SkillsMiddleware:
         state = ctx.state(self.key)
         with ctx.telemetry.span(SPAN_SKILLS_INDEX) as span:
             # One query, bounded: at most max_skills + 1 files per source (the +1 tells us a
-            # source has more than the cap), and only the head of each file.
-            heads = ctx.backend.heads(sources, "SKILL.md", HEAD_BYTES,
-                                      max_per_dir=self.max_skills + 1, cut_after=FENCES)
-            for source in sources:
-                under = [h.path for h in heads if h.path.startswith(source)]
-                if len(under) > self.max_skills:
-                    ctx.warn(f"{source} holds more than HANGO_SKILLS_MAX={self.max_skills} "
-                             f"SKILL.md files; read the first {self.max_skills} by path, "
-                             f"from {under[0]} to {under[self.max_skills - 1]}")
-                    heads = [h for h in heads if h.path != under[self.max_skills]]
-            by_name: dict[str, Skill] = {}
-            parsed: dict[str, Skill | None] = {}
-            for source in sources:  # in order: a later source overrides an earlier one
-                for head in heads:
-                    if not head.path.startswith(source):
-                        continue
-                    if head.path not in parsed:
-                        parsed[head.path] = self._parse(ctx, head.path, head.content)
-                    skill = parsed[head.path]
-                    if skill is None:
-                        continue
-                    earlier = by_name.get(skill.name)
-                    if earlier is not None and earlier.path != skill.path:
-                        ctx.warn(f"skill {skill.name!r}: {skill.path} overrides {earlier.path}")
-                    by_name[skill.name] = skill
-            ordered = sorted(by_name.values(), key=lambda s: s.name)
-            if len(ordered) > self.max_skills:
-                dropped = [s.name for s in ordered[self.max_skills:]]
-                ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_MAX={self.max_skills} "
-                         f"left out: {', '.join(dropped)}")
-                ordered = ordered[: self.max_skills]
-            fit = within_budget(ordered, self.index_max_bytes)
-            if fit < len(ordered):
-                dropped = [s.name for s in ordered[fit:]]
-                ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_INDEX_MAX_BYTES="
-                         f"{self.index_max_bytes} left out (the index keeps the first skills by "
-                         f"name that fit): {', '.join(dropped)}")
-                ordered = ordered[:fit]
-            for skill in ordered:
-                self._narrow(ctx, skill)
-            state.skills = ordered
-            invalid = sum(1 for skill in parsed.values() if skill is None)
-            ctx.attributes[ATTR_SKILLS_COUNT] = len(ordered)  # published for the chat span
+            # source has more than the cap), and only the head of each file; or, when no skill
+            # file changed since the last run, that run's index, replayed (hango.agent.snapshot).
+            found = snapshot.lookup(ctx, snapshot.Read(
+                "heads", tuple(sources), HEAD_BYTES, name="SKILL.md",
+                max_per_dir=self.max_skills + 1, cut_after=FENCES,
+                salt=(self.max_skills, self.index_max_bytes, ctx.allowlist)))
+            if found.built is not None:
+                snapshot.replay(ctx, found.built)
+                state.skills, state.index, invalid = found.built.value
+            else:
+                memo: dict[str, object] = {}
+                heads = found.rows
+                for source in sources:
+                    under = [h.path for h in heads if h.path.startswith(source)]
+                    if len(under) > self.max_skills:
+                        ctx.warn(f"{source} holds more than HANGO_SKILLS_MAX={self.max_skills} "
+                                 f"SKILL.md files; read the first {self.max_skills} by path, "
+                                 f"from {under[0]} to {under[self.max_skills - 1]}")
+                        heads = [h for h in heads if h.path != under[self.max_skills]]
+                by_name: dict[str, Skill] = {}
+                parsed: dict[str, Skill | None] = {}
+                for source in sources:  # in order: a later source overrides an earlier one
+                    for head in heads:
+                        if not head.path.startswith(source):
+                            continue
+                        if head.path not in parsed:
+                            parsed[head.path] = self._parse(ctx, head.path, head.content,
+                                                            found.memo, memo)
+                        skill = parsed[head.path]
+                        if skill is None:
+                            continue
+                        earlier = by_name.get(skill.name)
+                        if earlier is not None and earlier.path != skill.path:
+                            ctx.warn(f"skill {skill.name!r}: {skill.path} overrides {earlier.path}")
+                        by_name[skill.name] = skill
+                ordered = sorted(by_name.values(), key=lambda s: s.name)
+                if len(ordered) > self.max_skills:
+                    dropped = [s.name for s in ordered[self.max_skills:]]
+                    ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_MAX={self.max_skills} "
+                             f"left out: {', '.join(dropped)}")
+                    ordered = ordered[: self.max_skills]
+                fit = within_budget(ordered, self.index_max_bytes)
+                if fit < len(ordered):
+                    dropped = [s.name for s in ordered[fit:]]
+                    ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_INDEX_MAX_BYTES="
+                             f"{self.index_max_bytes} left out (the index keeps the first skills "
+                             f"by name that fit): {', '.join(dropped)}")
+                    ordered = ordered[:fit]
+                for skill in ordered:
+                    self._narrow(ctx, skill)
+                state.skills = ordered
+                invalid = sum(1 for skill in parsed.values() if skill is None)
+                # Lines are memoised per agent too, under the key "" (no path is empty).
+                known = found.memo.get("")
+                before = known if isinstance(known, dict) else {}
+                memo[""] = lines = {s: before.get(s) or index_line(s) for s in ordered}
+                state.index = render_index(ordered, lines) if ordered else None
+                found.store((ordered, state.index, invalid), memo)
+            ctx.attributes[ATTR_SKILLS_COUNT] = len(state.skills)  # published for the chat span
             ctx.attributes[ATTR_SKILLS_INVALID] = invalid
-            span.set_attribute(ATTR_SKILLS_COUNT, len(ordered))
+            span.set_attribute(ATTR_SKILLS_COUNT, len(state.skills))
             span.set_attribute(ATTR_SKILLS_INVALID, invalid)
-        ctx.telemetry.record_skills(len(ordered), invalid)
+        ctx.telemetry.record_skills(len(state.skills), invalid)
 
-    def _parse(self, ctx: RunContext, path: str, head: str) -> Skill | None:
-        fm = parse_head(head)
+    def _parse(self, ctx: RunContext, path: str, head: str, memo: dict[str, object] | None = None,
+               new_memo: dict[str, object] | None = None) -> Skill | None:
+        hit = memo.get(path) if memo else None
+        fm = hit[1] if isinstance(hit, tuple) and hit[0] == head else parse_head(head)
+        if new_memo is not None:
+            new_memo[path] = (head, fm)
         if isinstance(fm, FrontmatterError):
             ctx.warn(f"skill {path} skipped: {fm}", event=EVENT_SKILL_INVALID,
                      path=path, reason=str(fm))
@@ -226,8 +252,10 @@ class SkillsMiddleware:
                      remaining=[])
 
     def system_blocks(self, ctx: RunContext) -> Sequence[Block]:
-        skills = ctx.state(self.key).skills
-        return [Block(render_index(skills), "skills")] if skills else []
+        state = ctx.state(self.key)
+        if state.index is None and state.skills:  # before_run did not run (a hand-made state)
+            state.index = render_index(state.skills)
+        return [Block(state.index, "skills")] if state.index else []
 
     def wrap_tool_call(self, ctx: RunContext, call: ToolCall, call_next: ToolCallNext) -> ToolResult:
         state = ctx.state(self.key)

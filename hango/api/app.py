@@ -237,7 +237,9 @@ _bearer = HTTPBearer(
 )
 
 
-def _principal(
+# Dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` in a worker thread,
+# and each such hop costs a thread hand-off per request (most of the files API's floor).
+async def _principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
@@ -247,7 +249,8 @@ def _principal(
     if credentials is None:
         raise HTTPException(401, _no_bearer(request.headers.get("authorization")),
                             headers={"WWW-Authenticate": 'Bearer realm="hango"'})
-    principal = principal_for(_db(request), credentials.credentials)
+    token = credentials.credentials
+    principal = await run_in_threadpool(lambda: principal_for(_db(request), token))
     if principal is None:
         raise HTTPException(401, _UNKNOWN_TOKEN, headers={
             "WWW-Authenticate": 'Bearer realm="hango", error="invalid_token"'})
@@ -346,7 +349,7 @@ class _Agent:
 AgentId = Annotated[str, UrlPath(pattern=ID_PATTERN, description="The agent's id.")]
 
 
-def _agent(
+async def _agent(
     request: Request, agent_id: AgentId, principal: Annotated[Principal, Depends(_principal)]
 ) -> _Agent:
     return _Agent(_db(request), principal, agent_id, request.app.state.hango_settings)
@@ -363,7 +366,7 @@ _PATH_SHAPE = r"^[^/\\\x00-\x1f\x7f-\x9f]+(/[^/\\\x00-\x1f\x7f-\x9f]+)*$"
 _QUERY_PATH_SHAPE = r"^/[^\\\x00-\x1f\x7f-\x9f]*$"  # absolute; no backslash or control
 
 
-def _file_path(
+async def _file_path(
     request: Request,
     path: Annotated[str, UrlPath(description=_PATH_RULES,
                                  json_schema_extra={"pattern": _PATH_SHAPE})],
@@ -386,7 +389,7 @@ def _file_path(
 _VERSION_TAG = re.compile(r'\s*"(\d{1,18})"\s*')
 
 
-def _if_match(
+async def _if_match(
     if_match: Annotated[str | None, Header(
         description='Write only at this version: "3". "0" means create only.'),
         WithJsonSchema({"type": "string", "pattern": r'^\s*("\d{1,18}"\s*)?$'})] = None,
@@ -400,7 +403,7 @@ def _if_match(
     return int(found[1])
 
 
-def _put_precondition(
+async def _put_precondition(
     if_match: Annotated[int | None, Depends(_if_match)],
     if_none_match: Annotated[str | None, Header(
         description="`*`: create only, refuse (412) if the file exists."),

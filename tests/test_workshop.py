@@ -1,0 +1,48 @@
+"""``hango workshop provision``: every learner gets a working tenant, owner token and agent."""
+
+from __future__ import annotations
+
+import csv
+import io
+import uuid
+
+import pytest
+
+from hango.agents import drop_tenant, load_agent, principal_for
+from hango.cli import main
+from hango.db import Database
+
+
+def test_provision_prints_one_working_seat_per_learner(db: Database,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = "ws-" + uuid.uuid4().hex[:8]
+    assert main(["workshop", "provision", "--learners", "3", "--prefix", prefix]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    try:
+        assert [r["tenant"] for r in rows] == [f"{prefix}-01", f"{prefix}-02", f"{prefix}-03"]
+        assert len({r["token"] for r in rows}) == 3
+        for r in rows:
+            principal = principal_for(db, r["token"])
+            assert principal is not None and principal.tenant_id == r["tenant"]
+            assert principal.role == r["role"] == "owner"
+            assert load_agent(db, r["tenant"], r["agent"]) is not None
+        # again: the tenants and agents stay, new tokens are minted, the old ones still work
+        assert main(["workshop", "provision", "--learners", "3", "--prefix", prefix]) == 0
+        again = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+        assert {r["token"] for r in again}.isdisjoint({r["token"] for r in rows})
+        assert principal_for(db, rows[0]["token"]) is not None
+    finally:
+        for r in rows:
+            drop_tenant(db, r["tenant"])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--learners", "0"], "learners must be between 1 and 1000, got 0"),
+    (["--learners", "2", "--prefix", "Bad Prefix"], "tenant id 'Bad Prefix-01' must match"),
+    (["--learners", "2", "--agent", "A1"], "agent id 'A1' must match"),
+])
+def test_bad_input_is_refused_naming_it_and_nothing_is_written(
+        db: Database, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    assert main(["workshop", "provision", *args]) == 1
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.out == ""
