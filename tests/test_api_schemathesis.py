@@ -39,6 +39,9 @@ from hango.db import Database
 from hango.fs.backend import PostgresBackend
 
 EXAMPLES = int(os.environ.get("HANGO_SCHEMATHESIS_EXAMPLES", "10"))
+# The default run is derandomized: the same cases every time, so CI cannot go red by the luck of
+# the draw. Dedicated runs (HANGO_SCHEMATHESIS_RANDOM=1) draw new cases each time.
+DERANDOMIZE = os.environ.get("HANGO_SCHEMATHESIS_RANDOM") != "1"
 FILE = "/v1/agents/{agent_id}/files/{path}"
 OPERATIONS = [
     ("GET", FILE), ("PUT", FILE), ("PATCH", FILE), ("DELETE", FILE),
@@ -132,7 +135,7 @@ def test_operation(api: Api, api_schema: Any, role: str, mode: GenerationMode, m
     headers = {"Authorization": f"Bearer {api.tokens[role]}"}
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=DERANDOMIZE,
               suppress_health_check=list(HealthCheck))
     def run(case: Any) -> None:
         if mode == GenerationMode.POSITIVE:
@@ -140,6 +143,8 @@ def test_operation(api: Api, api_schema: Any, role: str, mode: GenerationMode, m
         response = case.call(base_url=api.url, headers=headers)
         if response.status_code == 400 and response.text == HTTP_LAYER_400:
             return  # refused by the HTTP parser (h11) before the app: rejected, as it must be
+        if mode == GenerationMode.NEGATIVE and response.status_code == 413:
+            return  # a body over HANGO_MAX_BODY_BYTES: rejected (schemathesis does not list 413)
         case.validate_response(response, headers=headers,
                                excluded_checks=[checks.positive_data_acceptance],
                                additional_checks=[rejected_only_for_rules_beyond_the_schema])
