@@ -47,7 +47,7 @@ def _one(spans: list[ReadableSpan], name: str) -> Any:
 # --- 08 debugging with traces --------------------------------------------------------------------
 
 
-def _memory_load(course: Course, result: RunResult, label: str) -> tuple[Any, list[str]]:
+def _memory_load(course: Course, result: RunResult | None, label: str) -> tuple[Any, list[str]]:
     """A run's ``agent.memory_load`` span and the paths its ``agent.memory_missing`` events name."""
     run = _run(result, label)
     span = _one(_spans_of(course, run.trace_id, run.run_id), "agent.memory_load")
@@ -60,13 +60,13 @@ def _memory_load(course: Course, result: RunResult, label: str) -> tuple[Any, li
                   "agent.memory_missing sits under agent.memory_load; write it, run again")
 def _08_1(course: Course, missing: RunResult | None = None, fixed: RunResult | None = None,
           predicted: int | None = None) -> str:
-    span, names = _memory_load(course, missing, "missing")  # type: ignore[arg-type]
+    span, names = _memory_load(course, missing, "missing")
     names = [p for p in names if p != "/memories/AGENTS.md"]
     if not names:
         raise NotYet("the first run's agent.memory_load has no agent.memory_missing event for a "
                      "second source: configure one and do not write it yet")
     path = names[0]
-    after, still = _memory_load(course, fixed, "fixed")  # type: ignore[arg-type]
+    after, still = _memory_load(course, fixed, "fixed")
     if path in still:
         raise NotYet(f"{path} is still missing in the second run: write it through the files API")
     if path not in after.attributes.get("hango.memory.sources", ()):
@@ -128,9 +128,10 @@ def _08_3(course: Course, result: RunResult | None = None, winner: str | None = 
     if span_event is not named:
         raise NotYet("is the override in a span event? Look at every * line of the run's "
                      "span tree and pass span_event=True or False")
-    where = "and in a span event" if named else "and in the log, but in no span event"
-    return (f"{shown} hides {hidden} (the later path wins); it is said in RunResult.warnings "
-            f"{where}: in Grafana alone you would see only hango.skills.count")
+    where = ("and in a span event, so a trace viewer shows it too" if named else
+             "and in the log, but in no span event: in Grafana alone you would see only "
+             "hango.skills.count")
+    return f"{shown} hides {hidden} (the later path wins); it is said in RunResult.warnings {where}"
 
 
 # --- 09 agent-written memory -----------------------------------------------------------------
