@@ -531,3 +531,6 @@ def _07_3(course: Course, sql: str | None = None, tenant_b: str = "nb-07-b") -> 
         raise NotYet(f"tenant B counted {counts[tenant_b]} of A's rows: that would be a real "
                      "leak, please report it")
     return f"tenant A counts {counts[course.tenant]}, tenant B counts 0 with the same query"
+
+
+from hango import exercise_checks_0809  # noqa: E402,F401  registers 08 and 09
