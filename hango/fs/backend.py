@@ -20,49 +20,72 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, LiteralString, Protocol, TypeVar
+from typing import Any, ClassVar, LiteralString, Protocol, TypeVar
 
 import psycopg
 from psycopg import sql
 
 from hango.db import Database, DatabaseError
+from hango.errors import HangoError
 from hango.fs.path import PathError, clean, clean_dir
 from hango.settings import Settings, get_settings
 
 T = TypeVar("T")
 
 
-class FileNotFound(LookupError):
+class FileNotFound(HangoError, LookupError):
+    status: ClassVar[int] = 404
+
     def __init__(self, path: str) -> None:
         super().__init__(f"no such file: {path}")
         self.path = path
 
 
-class VersionConflict(RuntimeError):
+class VersionConflict(HangoError, RuntimeError):
     """``if_version`` did not match: someone else wrote the file first. Nothing was written."""
+
+    status: ClassVar[int] = 412
 
     def __init__(self, path: str, expected: int, actual: int | None) -> None:
         now = "it does not exist" if actual is None else f"it is at version {actual}"
         super().__init__(f"{path}: expected version {expected}, but {now}; nothing was written")
         self.path, self.expected, self.actual = path, expected, actual
 
+    def detail(self) -> str:
+        if self.expected == 0 and self.actual is not None:
+            return (f"{self.path} already exists (version {self.actual}) and the write was "
+                    "create-only; nothing was written")
+        return str(self)
 
-class EditError(ValueError):
+    def headers(self) -> dict[str, str]:
+        return {} if self.actual is None else {"ETag": f'"{self.actual}"'}
+
+    def may_hide_agent(self) -> bool:
+        return self.actual is None  # "it does not exist" may mean: no such agent
+
+
+class EditError(HangoError, ValueError):
     """The text to replace is missing or ambiguous. Nothing was written."""
 
+    status: ClassVar[int] = 409
 
-class NotText(ValueError):
+
+class NotText(HangoError, ValueError):
     """File contents are UTF-8 text."""
 
+    status: ClassVar[int] = 409
 
-class FileTooLarge(ValueError):
+
+class FileTooLarge(HangoError, ValueError):
     """A file would be (or is) larger than ``HANGO_MAX_FILE_BYTES``. Nothing was written.
 
     Raised *before* the too-large content is built: a write compares the content's size, an
     edit counts the occurrences and computes the result's size first. A read of a file that
     was stored before the cap (or under a larger one) raises it too, after at most the cap's
-    bytes have left the database.
+    bytes have left the database (the files API answers that read 409, not 413).
     """
+
+    status: ClassVar[int] = 413
 
     def __init__(self, path: str, size: int, cap: int, *, at_least: bool = False,
                  stored: bool = False) -> None:
@@ -75,30 +98,36 @@ class FileTooLarge(ValueError):
         self.path, self.size, self.cap = path, size, cap
 
 
-class PathConflict(ValueError):
+class PathConflict(HangoError, ValueError):
     """A file and a directory may not share a name (``/notes`` and ``/notes/x``).
 
     The database refuses it (a trigger in ``schema.sql``, serialised per first segment, so two
     racing writers cannot both win); ``other`` is the existing path it clashes with.
     """
 
+    status: ClassVar[int] = 409
+
     def __init__(self, message: str, path: str, other: str) -> None:
         super().__init__(message)
         self.path, self.other = path, other
 
 
-class QuotaExceeded(RuntimeError):
+class QuotaExceeded(HangoError, RuntimeError):
     """The write would take the tenant over ``HANGO_TENANT_MAX_FILES`` or
     ``HANGO_TENANT_MAX_BYTES`` (``quota`` names which). Nothing was written. The database
     enforces it (``tenant_usage`` in ``schema.sql``), so concurrent writers cannot overshoot."""
+
+    status: ClassVar[int] = 413
 
     def __init__(self, message: str, quota: str) -> None:
         super().__init__(message)
         self.quota = quota
 
 
-class InvalidCursor(ValueError):
+class InvalidCursor(HangoError, ValueError):
     """A listing cursor that this listing did not hand out."""
+
+    status: ClassVar[int] = 422
 
 
 @dataclass(frozen=True)
