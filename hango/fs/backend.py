@@ -16,110 +16,41 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, LiteralString, Protocol
+from typing import Any, LiteralString, Protocol
 
 import psycopg
 from psycopg import sql
 
-from hango.db import Database, DatabaseError
-from hango.errors import HangoError
-from hango.fs import listing
+from hango.db import Database
+from hango.errors import (  # re-exported: the storage's errors, defined with the others
+    EditError as EditError,
+)
+from hango.errors import (
+    FileNotFound as FileNotFound,
+)
+from hango.errors import (
+    FileTooLarge as FileTooLarge,
+)
+from hango.errors import (
+    NotText as NotText,
+)
+from hango.errors import (
+    PathConflict as PathConflict,
+)
+from hango.errors import (
+    QuotaExceeded as QuotaExceeded,
+)
+from hango.errors import (
+    VersionConflict as VersionConflict,
+)
+from hango.fs import gated, listing
+from hango.fs.gated import SKILL_HEAD as SKILL_HEAD  # re-exported: the skills cut
+from hango.fs.gated import Gated as Gated
 from hango.fs.listing import Entry as Entry  # re-exported: a listing's entry, its page
 from hango.fs.listing import InvalidCursor as InvalidCursor
 from hango.fs.listing import Page as Page
 from hango.fs.path import clean, clean_dir
 from hango.settings import Settings, get_settings
-
-
-class FileNotFound(HangoError, LookupError):
-    status: ClassVar[int] = 404
-
-    def __init__(self, path: str) -> None:
-        super().__init__(f"no such file: {path}")
-        self.path = path
-
-
-class VersionConflict(HangoError, RuntimeError):
-    """``if_version`` did not match: someone else wrote the file first. Nothing was written."""
-
-    status: ClassVar[int] = 412
-
-    def __init__(self, path: str, expected: int, actual: int | None) -> None:
-        now = "it does not exist" if actual is None else f"it is at version {actual}"
-        super().__init__(f"{path}: expected version {expected}, but {now}; nothing was written")
-        self.path, self.expected, self.actual = path, expected, actual
-
-    def detail(self) -> str:
-        if self.expected == 0 and self.actual is not None:
-            return (f"{self.path} already exists (version {self.actual}) and the write was "
-                    "create-only; nothing was written")
-        return str(self)
-
-    def headers(self) -> dict[str, str]:
-        return {} if self.actual is None else {"ETag": f'"{self.actual}"'}
-
-    def may_hide_agent(self) -> bool:
-        return self.actual is None  # "it does not exist" may mean: no such agent
-
-
-class EditError(HangoError, ValueError):
-    """The text to replace is missing or ambiguous. Nothing was written."""
-
-    status: ClassVar[int] = 409
-
-
-class NotText(HangoError, ValueError):
-    """File contents are UTF-8 text."""
-
-    status: ClassVar[int] = 409
-
-
-class FileTooLarge(HangoError, ValueError):
-    """A file would be (or is) larger than ``HANGO_MAX_FILE_BYTES``. Nothing was written.
-
-    Raised *before* the too-large content is built: a write compares the content's size, an
-    edit counts the occurrences and computes the result's size first. A read of a file that
-    was stored before the cap (or under a larger one) raises it too, after at most the cap's
-    bytes have left the database (the files API answers that read 409, not 413).
-    """
-
-    status: ClassVar[int] = 413
-
-    def __init__(self, path: str, size: int, cap: int, *, at_least: bool = False,
-                 stored: bool = False) -> None:
-        what = (f"is {'at least ' if at_least else ''}{size} bytes" if stored else
-                f"would be {'at least ' if at_least else ''}{size} bytes")
-        tail = ("it was stored before the cap; read its head with a limit, or replace or delete "
-                "it" if stored else "nothing was written")
-        super().__init__(f"{path}: the file {what}, more than HANGO_MAX_FILE_BYTES "
-                         f"({cap} bytes); {tail}")
-        self.path, self.size, self.cap = path, size, cap
-
-
-class PathConflict(HangoError, ValueError):
-    """A file and a directory may not share a name (``/notes`` and ``/notes/x``).
-
-    The database refuses it (a trigger in ``schema.sql``, serialised per first segment, so two
-    racing writers cannot both win); ``other`` is the existing path it clashes with.
-    """
-
-    status: ClassVar[int] = 409
-
-    def __init__(self, message: str, path: str, other: str) -> None:
-        super().__init__(message)
-        self.path, self.other = path, other
-
-
-class QuotaExceeded(HangoError, RuntimeError):
-    """The write would take the tenant over ``HANGO_TENANT_MAX_FILES`` or
-    ``HANGO_TENANT_MAX_BYTES`` (``quota`` names which). Nothing was written. The database
-    enforces it (``tenant_usage`` in ``schema.sql``), so concurrent writers cannot overshoot."""
-
-    status: ClassVar[int] = 413
-
-    def __init__(self, message: str, quota: str) -> None:
-        super().__init__(message)
-        self.quota = quota
 
 
 @dataclass(frozen=True)
@@ -163,9 +94,6 @@ def _pattern_literal(pattern: str) -> str:
     return "'" + pattern.replace("'", "''").replace("%", "%%") + "'"
 
 
-# The cut the ``skill_head`` generated column holds (schema.sql): the first 16384 bytes of each
-# SKILL.md, ended after the first line that is exactly ``---``. The skills middleware's arguments.
-SKILL_HEAD = ("SKILL.md", 16384, (b"\n---\n", b"\n---\r\n"))
 
 
 class Backend(Protocol):
@@ -478,107 +406,27 @@ class PostgresBackend:
         one range scan, at most ``HANGO_GLOB_SCAN_MAX`` paths examined a page)."""
         return listing.glob_entries(self, pattern, limit, cursor)
 
-    # --- before_run's reads, gated by the agent's change counter (issue 14) -------------------
+    # --- before_run's reads, gated by the agent's change counter (issue 14): hango.fs.gated --
 
     def gated_read_many(self, paths: Sequence[str], limit: int, known: int | None) -> Gated:
         """:meth:`read_many` as one read of :meth:`read_if_changed`."""
-        query, params = self._read_many_query(paths, limit)
-        return Gated(sql.SQL(query), params, False, known)
+        return gated.gated_read_many(self, paths, limit, known)
 
     def gated_heads(self, directories: Sequence[str], name: str, limit: int, known: int | None,
                     max_per_dir: int | None = None, cut_after: Sequence[bytes] = ()) -> Gated:
-        """:meth:`heads` as one read of :meth:`read_if_changed`; the skills cut is read from the
-        ``skill_head`` column the database filled at write time (same bytes, small rows)."""
-        if (name, limit, tuple(cut_after)) == SKILL_HEAD and max_per_dir is not None:
-            return self.gated_skill_heads(directories, max_per_dir, known)
-        query, params = self._heads_query(directories, name, limit, max_per_dir, cut_after)
-        return Gated(query, params, True, known)
+        """:meth:`heads` as one read of :meth:`read_if_changed` (the skills cut: its column)."""
+        return gated.gated_heads(self, directories, name, limit, known, max_per_dir, cut_after)
 
     def skill_heads(self, directories: Sequence[str], max_per_dir: int) -> list[FileData]:
-        """:meth:`heads` of every ``SKILL.md`` with the skills middleware's cut (its first
-        ``HEAD_BYTES``, ended after the closing ``---``), read from the ``skill_head`` column
-        that the database computes when the file is written: small rows, no per-scan cutting."""
-        query, params = self._skill_heads_query(directories, max_per_dir)
-        with self.db.tenant(self.tenant_id) as conn:
-            rows = conn.execute(query, params, binary=True).fetchall()
-        return self._rows(rows, lenient=True)
+        """:meth:`heads` of every ``SKILL.md`` with the skills cut, from ``skill_head``."""
+        return gated.skill_heads(self, directories, max_per_dir)
 
     def gated_skill_heads(self, directories: Sequence[str], max_per_dir: int,
                           known: int | None) -> Gated:
         """:meth:`skill_heads` as one read of :meth:`read_if_changed`."""
-        query, params = self._skill_heads_query(directories, max_per_dir)
-        return Gated(sql.SQL(query), params, True, known)
-
-    def _skill_heads_query(self, directories: Sequence[str],
-                           max_per_dir: int) -> tuple[LiteralString, dict[str, Any]]:
-        dirs = list(dict.fromkeys(clean_dir(d) for d in directories))
-        return (
-            """SELECT DISTINCT ON (f.path) f.path, f.skill_head, f.version, f.size
-                 FROM unnest(%(lo)s::text[], %(hi)s::text[]) AS d(lo, hi),
-                      LATERAL (SELECT path, skill_head, version, size FROM agent_files
-                                WHERE tenant_id = %(t)s AND agent_id = %(a)s
-                                  AND path >= d.lo AND path < d.hi AND path LIKE '%%/SKILL.md'
-                                ORDER BY path LIMIT %(max)s) AS f
-                ORDER BY f.path""",
-            {**self._ns(), "max": max_per_dir, "lo": dirs, "hi": [d[:-1] + "0" for d in dirs]},
-        )
+        return gated.gated_skill_heads(self, directories, max_per_dir, known)
 
     def read_if_changed(self, reads: Sequence[Gated]) -> list[tuple[int, list[FileData] | None]]:
-        """For each read: the agent's change counter, and the rows when ``known`` is not that
-        counter (``None`` when it is: the database skipped the read, nothing was sent).
-
-        ONE protocol round trip, whatever changed: the tenant and every read go out together in
-        pipeline mode with a single Sync, which makes them one implicit transaction (the tenant
-        set with ``set_config(..., true)`` holds until that Sync, then is gone). Each read returns
-        the counter it was gated on from its own snapshot, so its rows are never older than the
-        counter they are cached under. Rows come back sorted by path.
-        """
-        gate = sql.SQL(
-            """SELECT c.counter, q.*
-                 FROM (SELECT coalesce((SELECT counter FROM agent_changes
-                                         WHERE tenant_id = %(t)s AND agent_id = %(a)s), 0)
-                              AS counter) AS c
-                 LEFT JOIN LATERAL (SELECT * FROM ({}) AS s
-                                     WHERE c.counter IS DISTINCT FROM %(known)s
-                                    OFFSET 0) AS q ON true""")  # OFFSET 0: a gate, not a filter
-        try:
-            with self.db.pool.connection() as conn:
-                # autocommit for the duration, so that psycopg adds no BEGIN or COMMIT of its own
-                # (each would sync the pipeline).
-                conn.autocommit = True
-                try:
-                    with conn.pipeline():
-                        # A generic plan: these statements are prepared (psycopg does it
-                        # after 5 uses), and re-planning them each time cost more than the
-                        # gated run itself (0.2 of 0.27 ms).
-                        conn.execute("SELECT set_config('hango.tenant_id', %s, true),"
-                                     " set_config('plan_cache_mode', 'force_generic_plan', true)",
-                                     [self.tenant_id])
-                        cursors = [conn.execute(gate.format(r.query), {**r.params, "known": r.known},
-                                                binary=True) for r in reads]
-                finally:
-                    conn.autocommit = False
-                out: list[tuple[int, list[FileData] | None]] = []
-                for read, cur in zip(reads, cursors, strict=True):
-                    rows = cur.fetchall()
-                    counter = int(rows[0][0])
-                    if read.known == counter:
-                        out.append((counter, None))
-                    else:
-                        found = sorted((r[1:] for r in rows if r[1] is not None),
-                                       key=lambda r: str(r[0]))
-                        out.append((counter, self._rows(found, lenient=read.lenient)))
-        except psycopg.OperationalError as exc:
-            raise DatabaseError(f"database unavailable: {exc}".strip()) from exc
-        return out
-
-
-@dataclass(frozen=True)
-class Gated:
-    """One read for :meth:`PostgresBackend.read_if_changed`: a query, its parameters, and the
-    change counter its cached result was read at (``None``: nothing cached, always read)."""
-
-    query: sql.Composable
-    params: dict[str, Any]
-    lenient: bool
-    known: int | None
+        """For each read: the agent's change counter, and its rows unless ``known`` is that
+        counter; one protocol round trip (:func:`hango.fs.gated.read_if_changed`)."""
+        return gated.read_if_changed(self, reads)
