@@ -22,35 +22,28 @@ import psycopg
 from psycopg import sql
 
 from hango.db import Database
-from hango.errors import (  # re-exported: the storage's errors, defined with the others
-    EditError as EditError,
-)
 from hango.errors import (
-    FileNotFound as FileNotFound,
-)
-from hango.errors import (
-    FileTooLarge as FileTooLarge,
-)
-from hango.errors import (
-    NotText as NotText,
-)
-from hango.errors import (
-    PathConflict as PathConflict,
-)
-from hango.errors import (
-    QuotaExceeded as QuotaExceeded,
-)
-from hango.errors import (
-    VersionConflict as VersionConflict,
+    EditError,
+    FileNotFound,
+    FileTooLarge,
+    NotText,
+    PathConflict,
+    QuotaExceeded,
+    VersionConflict,
 )
 from hango.fs import gated, listing
-from hango.fs.gated import SKILL_HEAD as SKILL_HEAD  # re-exported: the skills cut
-from hango.fs.gated import Gated as Gated
-from hango.fs.listing import Entry as Entry  # re-exported: a listing's entry, its page
-from hango.fs.listing import InvalidCursor as InvalidCursor
-from hango.fs.listing import Page as Page
+from hango.fs.gated import SKILL_HEAD, Gated
+from hango.fs.listing import Entry, InvalidCursor, Page
 from hango.fs.path import clean, clean_dir
 from hango.settings import Settings, get_settings
+
+# The storage's errors (defined in hango.errors), listings and gated reads are re-exported here:
+# ``from hango.fs.backend import FileNotFound, Page`` keeps working.
+__all__ = [
+    "SKILL_HEAD", "Backend", "EditError", "Entry", "FileData", "FileNotFound", "FileTooLarge",
+    "Gated", "InvalidCursor", "NotText", "Page", "PathConflict", "PostgresBackend",
+    "QuotaExceeded", "VersionConflict", "decode_head", "like_escape",
+]
 
 
 @dataclass(frozen=True)
