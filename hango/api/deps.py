@@ -137,10 +137,7 @@ class Authenticate:
                 db = _db_of(scope["app"])
                 principal = await run_in_threadpool(principal_for, db, token)
             except (DatabaseError, psycopg.OperationalError) as exc:
-                message = str(exc) if isinstance(exc, DatabaseError) else \
-                    f"database unavailable: {exc}"
-                await JSONResponse({"detail": message}, 503, headers={"Retry-After": "5"})(
-                    scope, receive, send)
+                await unavailable(exc)(scope, receive, send)
                 return
             if principal is not None:
                 scope.setdefault("state", {})["hango_principal"] = principal
