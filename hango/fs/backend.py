@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, LiteralString, Protocol
+from typing import Any, Protocol
 
 import psycopg
-from psycopg import sql
 
 from hango.db import Database
 from hango.errors import (
@@ -32,9 +31,9 @@ from hango.errors import (
     VersionConflict,
 )
 from hango.fs import gated, listing
-from hango.fs.gated import SKILL_HEAD, Gated
+from hango.fs.gated import SKILL_HEAD, Gated, like_escape
 from hango.fs.listing import Entry, InvalidCursor, Page
-from hango.fs.path import clean, clean_dir
+from hango.fs.path import clean
 from hango.settings import Settings, get_settings
 
 # The storage's errors (defined in hango.errors), listings and gated reads are re-exported here:
@@ -76,17 +75,6 @@ def _decode_lenient(data: bytes) -> str:
         return decode_head(data)
     except NotText:
         return data.decode("utf-8", "surrogateescape")
-
-
-def like_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def _pattern_literal(pattern: str) -> str:
-    """A LIKE pattern as SQL text: quotes doubled, ``%`` doubled for psycopg's placeholders."""
-    return "'" + pattern.replace("'", "''").replace("%", "%%") + "'"
-
-
 
 
 class Backend(Protocol):
@@ -192,26 +180,10 @@ class PostgresBackend:
         Files come back in the order given; each gets at most what the earlier ones left of
         ``limit``, so the whole query never transfers more than ``limit`` bytes of content.
         """
-        query, params = self._read_many_query(paths, limit)
+        query, params = gated.read_many_query(self, paths, limit)
         with self.db.tenant(self.tenant_id) as conn:
             rows = conn.execute(query, params, binary=True).fetchall()
         return self._rows(rows)
-
-    def _read_many_query(self, paths: Sequence[str],
-                         limit: int) -> tuple[LiteralString, dict[str, Any]]:
-        cleaned = list(dict.fromkeys(clean(p) for p in paths))
-        return (
-            """SELECT f.path,
-                      substring(f.content FROM 1 FOR greatest(0, least(f.size, %(n)s
-                          - coalesce(sum(f.size) OVER (ORDER BY s.ord ROWS BETWEEN
-                                     UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::int),
-                      f.version, f.size
-                 FROM unnest(%(p)s::text[]) WITH ORDINALITY AS s(path, ord)
-                 JOIN agent_files f ON f.tenant_id = %(t)s AND f.agent_id = %(a)s
-                                   AND f.path = s.path
-                ORDER BY s.ord""",
-            {**self._ns(), "n": limit, "p": cleaned},
-        )
 
     def heads(self, directories: Sequence[str], name: str, limit: int,
               max_per_dir: int | None = None, cut_after: Sequence[bytes] = ()) -> list[FileData]:
@@ -224,38 +196,11 @@ class PostgresBackend:
         is a literal in the SQL text, so for ``SKILL.md`` the planner can always prove, and use,
         the partial index that holds only ``SKILL.md`` rows.
         """
-        query, params = self._heads_query(directories, name, limit, max_per_dir, cut_after)
+        query, params = gated.heads_query(self, directories, name, limit, max_per_dir,
+                                          cut_after)
         with self.db.tenant(self.tenant_id) as conn:
             rows = conn.execute(query, params, binary=True).fetchall()
         return self._rows(rows, lenient=True)
-
-    def _heads_query(self, directories: Sequence[str], name: str, limit: int,
-                     max_per_dir: int | None, cut_after: Sequence[bytes],
-                     ) -> tuple[sql.Composed, dict[str, Any]]:
-        dirs = list(dict.fromkeys(clean_dir(d) for d in directories))
-        if not name or "/" in name or "\\" in name:
-            raise ValueError(f"name must be a bare file name, got {name!r}")
-        # Per directory, a range scan of the index (C collation: every path under "/skills/"
-        # sorts in ["/skills/", "/skills0")), stopped by LIMIT; only then is a head cut.
-        query = sql.SQL(
-            """SELECT DISTINCT ON (f.path) f.path,
-                      CASE WHEN stop.cut IS NULL THEN h.head
-                           ELSE substring(h.head FROM 1 FOR stop.cut) END,
-                      f.version, f.size
-                 FROM unnest(%(lo)s::text[], %(hi)s::text[]) AS d(lo, hi),
-                      LATERAL (SELECT path, content, version, size FROM agent_files
-                                WHERE tenant_id = %(t)s AND agent_id = %(a)s
-                                  AND path >= d.lo AND path < d.hi AND path LIKE {suffix}
-                                ORDER BY path LIMIT %(max)s) AS f,
-                      LATERAL (SELECT substring(f.content FROM 1 FOR %(n)s) AS head
-                               OFFSET 0) AS h,  -- OFFSET 0: fetch each head once, not per use
-                      LATERAL (SELECT min(position(m IN h.head) + length(m) - 1) AS cut
-                                 FROM unnest(%(stops)s::bytea[]) AS m
-                                WHERE position(m IN h.head) > 0) AS stop
-                ORDER BY f.path"""
-        ).format(suffix=sql.SQL(_pattern_literal("%/" + like_escape(name))))
-        return query, {**self._ns(), "n": limit, "max": max_per_dir, "stops": list(cut_after),
-                       "lo": dirs, "hi": [d[:-1] + "0" for d in dirs]}
 
     def write(self, path: str, content: str, if_version: int | None = None) -> int:
         """Create or replace a file; return its new version."""

@@ -1,10 +1,12 @@
-"""before_run's reads, gated by the agent's change counter (issue 14): one round trip.
+"""before_run's reads: memory files and skills' heads, gated by the agent's change counter.
 
-A run reads its memory files and its skills' heads before it starts. Most of the time nothing
-changed since the last run, so each read here is *gated*: it carries the change counter its
-cached result was read at, and the database skips it when the agent's counter (kept by a
-trigger on ``agent_files``) is still that. ``PostgresBackend``'s ``gated_*``
-and ``read_if_changed`` methods call the functions here.
+A run reads its memory files (``read_many``: one query sharing a byte budget) and its skills'
+heads (``heads``: the first bytes of every ``SKILL.md``, one bounded scan) before it starts.
+This module builds those queries. Most of the time nothing changed since the last run, so each
+read can be *gated* (issue 14): it carries the change counter its cached result was read at, and
+the database skips it when the agent's counter (kept by a trigger on ``agent_files``) is still
+that; :func:`read_if_changed` sends them all in one round trip. ``PostgresBackend``'s
+``read_many``, ``heads``, ``gated_*`` and ``read_if_changed`` methods call the functions here.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import psycopg
 from psycopg import sql
 
 from hango.db import DatabaseError
-from hango.fs.path import clean_dir
+from hango.fs.path import clean, clean_dir
 
 if TYPE_CHECKING:
     from hango.fs.backend import FileData, PostgresBackend
@@ -38,10 +40,65 @@ class Gated:
     known: int | None
 
 
+def like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _pattern_literal(pattern: str) -> str:
+    """A LIKE pattern as SQL text: quotes doubled, ``%`` doubled for psycopg's placeholders."""
+    return "'" + pattern.replace("'", "''").replace("%", "%%") + "'"
+
+
+def read_many_query(backend: PostgresBackend, paths: Sequence[str],
+                    limit: int) -> tuple[LiteralString, dict[str, Any]]:
+    cleaned = list(dict.fromkeys(clean(p) for p in paths))
+    return (
+        """SELECT f.path,
+                  substring(f.content FROM 1 FOR greatest(0, least(f.size, %(n)s
+                      - coalesce(sum(f.size) OVER (ORDER BY s.ord ROWS BETWEEN
+                                 UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::int),
+                  f.version, f.size
+             FROM unnest(%(p)s::text[]) WITH ORDINALITY AS s(path, ord)
+             JOIN agent_files f ON f.tenant_id = %(t)s AND f.agent_id = %(a)s
+                               AND f.path = s.path
+            ORDER BY s.ord""",
+        {**backend._ns(), "n": limit, "p": cleaned},
+    )
+
+
+def heads_query(backend: PostgresBackend, directories: Sequence[str], name: str, limit: int,
+                max_per_dir: int | None, cut_after: Sequence[bytes],
+                ) -> tuple[sql.Composed, dict[str, Any]]:
+    dirs = list(dict.fromkeys(clean_dir(d) for d in directories))
+    if not name or "/" in name or "\\" in name:
+        raise ValueError(f"name must be a bare file name, got {name!r}")
+    # Per directory, a range scan of the index (C collation: every path under "/skills/"
+    # sorts in ["/skills/", "/skills0")), stopped by LIMIT; only then is a head cut.
+    query = sql.SQL(
+        """SELECT DISTINCT ON (f.path) f.path,
+                  CASE WHEN stop.cut IS NULL THEN h.head
+                       ELSE substring(h.head FROM 1 FOR stop.cut) END,
+                  f.version, f.size
+             FROM unnest(%(lo)s::text[], %(hi)s::text[]) AS d(lo, hi),
+                  LATERAL (SELECT path, content, version, size FROM agent_files
+                            WHERE tenant_id = %(t)s AND agent_id = %(a)s
+                              AND path >= d.lo AND path < d.hi AND path LIKE {suffix}
+                            ORDER BY path LIMIT %(max)s) AS f,
+                  LATERAL (SELECT substring(f.content FROM 1 FOR %(n)s) AS head
+                           OFFSET 0) AS h,  -- OFFSET 0: fetch each head once, not per use
+                  LATERAL (SELECT min(position(m IN h.head) + length(m) - 1) AS cut
+                             FROM unnest(%(stops)s::bytea[]) AS m
+                            WHERE position(m IN h.head) > 0) AS stop
+            ORDER BY f.path"""
+    ).format(suffix=sql.SQL(_pattern_literal("%/" + like_escape(name))))
+    return query, {**backend._ns(), "n": limit, "max": max_per_dir, "stops": list(cut_after),
+                   "lo": dirs, "hi": [d[:-1] + "0" for d in dirs]}
+
+
 def gated_read_many(backend: PostgresBackend, paths: Sequence[str], limit: int,
                     known: int | None) -> Gated:
     """``read_many`` as one read of :func:`read_if_changed`."""
-    query, params = backend._read_many_query(paths, limit)
+    query, params = read_many_query(backend, paths, limit)
     return Gated(sql.SQL(query), params, False, known)
 
 
@@ -52,7 +109,7 @@ def gated_heads(backend: PostgresBackend, directories: Sequence[str], name: str,
     ``skill_head`` column the database filled at write time (same bytes, small rows)."""
     if (name, limit, tuple(cut_after)) == SKILL_HEAD and max_per_dir is not None:
         return backend.gated_skill_heads(directories, max_per_dir, known)
-    query, params = backend._heads_query(directories, name, limit, max_per_dir, cut_after)
+    query, params = heads_query(backend, directories, name, limit, max_per_dir, cut_after)
     return Gated(query, params, True, known)
 
 
