@@ -32,6 +32,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool
 
+from hango.errors import HangoError
 from hango.settings import Settings, get_settings
 
 APP_ROLE = "hango_app"
@@ -85,8 +86,13 @@ def _unspaced(pgdata: Path) -> Path:
     return link
 
 
-class DatabaseError(RuntimeError):
+class DatabaseError(HangoError, RuntimeError):
     """The database is unreachable or refused a statement; the message says which."""
+
+    status: ClassVar[int] = 503
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "5"}
 
 
 def _start_failure(pgdata: Path, exc: Exception) -> str:
