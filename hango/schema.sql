@@ -361,7 +361,60 @@ CREATE TABLE IF NOT EXISTS hango_schema (
 REVOKE ALL ON hango_schema FROM PUBLIC, hango_app;
 -- ==== end of h2 section ====
 
--- === Agent-written memory under approval (issue 13): runs and proposals =================
+-- === Agent-written memory under approval (issue 13): runs and proposals ========================
+-- A run that stopped "interrupted" keeps its state here (messages so far, the pending tool call),
+-- so any process can resume it. A proposal is an agent's write under /memories/ or /skills/ in
+-- "ask" mode: never executed until an owner or admin approves it. Both tables are under RLS.
+CREATE TABLE IF NOT EXISTS runs (
+    tenant_id   text NOT NULL,
+    agent_id    text NOT NULL,
+    run_id      text NOT NULL CHECK (run_id ~ '^[A-Za-z0-9._-]{1,128}$'),
+    status      text NOT NULL CHECK (status IN ('interrupted', 'resuming', 'done', 'failed')),
+    state       jsonb,            -- what resume needs; NULL once the run has ended
+    result      jsonb NOT NULL DEFAULT '{}',  -- text, usage per model call, warnings, error
+    proposal_id text,             -- what an interrupted run waits for
+    claimed_at  timestamptz,      -- a resume in progress (a stale claim can be taken over)
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, run_id),
+    FOREIGN KEY (tenant_id, agent_id) REFERENCES agents ON DELETE CASCADE
+);
+
+CREATE TABLE IF NOT EXISTS proposals (
+    tenant_id       text NOT NULL,
+    agent_id        text NOT NULL,
+    proposal_id     text NOT NULL CHECK (proposal_id ~ '^[A-Za-z0-9._-]{1,200}$'),
+    run_id          text NOT NULL,
+    call_id         text NOT NULL,
+    path            text COLLATE "C" NOT NULL CHECK (path LIKE '/memories/%' OR path LIKE '/skills/%'),
+    operation       text NOT NULL CHECK (operation IN ('write_file', 'edit_file')),
+    base_version    bigint,       -- the file's version it was made against; NULL: a new file
+    content         bytea NOT NULL,
+    skill           jsonb,        -- a proposed SKILL.md: {name, error, dropped_tools}
+    status          text NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'approved', 'rejected')),
+    decided_by      text,
+    decided_at      timestamptz,
+    reason          text,
+    edited          boolean NOT NULL DEFAULT false,
+    written_version bigint,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, proposal_id),
+    FOREIGN KEY (tenant_id, run_id) REFERENCES runs ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS proposals_pending
+    ON proposals (tenant_id, agent_id, created_at) WHERE status = 'pending';
+
+ALTER TABLE runs ENABLE ROW LEVEL SECURITY;
+ALTER TABLE proposals ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS tenant_isolation ON runs;
+CREATE POLICY tenant_isolation ON runs
+    USING (tenant_id = current_setting('hango.tenant_id', true));
+DROP POLICY IF EXISTS tenant_isolation ON proposals;
+CREATE POLICY tenant_isolation ON proposals
+    USING (tenant_id = current_setting('hango.tenant_id', true));
+GRANT SELECT, INSERT, UPDATE, DELETE ON runs, proposals TO hango_app;
+
 
 -- ===== before_run change counter (issue 14) ========================================================
 -- One row per agent whose memory or skills files were ever written: `counter` takes a fresh value
