@@ -32,7 +32,9 @@ import httpx
 from fastapi import Depends, FastAPI, Query
 
 from hango.agents import create_tenant, create_token, drop_tenant, save_agent
-from hango.api.app import EntryOut, Listing, _Agent, _agent, create_app, serve_in_thread
+from hango.api.app import create_app, serve_in_thread
+from hango.api.deps import _Agent, _agent
+from hango.api.files import EntryOut, Listing
 from hango.db import Database
 from hango.fs.backend import like_escape
 from hango.fs.path import clean_dir

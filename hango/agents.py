@@ -19,11 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchem
 
 from hango.db import Database
 from hango.fs.path import PREFIX_MEMORIES, PREFIX_SKILLS, PathError, validate_source
+from hango.fs.path import ROLES as ROLES  # re-exported: the CLI reads it here
 from hango.settings import Settings, get_settings
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 TOOL_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
-ROLES = ("owner", "admin", "member")
 
 
 # What the JSON Schema (the files API's OpenAPI) says of each entry; the validators below decide.

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 from psycopg import sql
@@ -31,14 +31,20 @@ from hango.embedded import EmbeddedServer as EmbeddedServer
 from hango.embedded import project_data_dir as project_data_dir
 from hango.embedded import resolve_data_dir as resolve_data_dir
 from hango.embedded import start_embedded as start_embedded
+from hango.errors import HangoError
 from hango.settings import Settings, get_settings
 
 APP_ROLE = "hango_app"
 _SCHEMA_LOCK = 0x68616E67  # "hang": serialises schema application across processes
 
 
-class DatabaseError(RuntimeError):
+class DatabaseError(HangoError, RuntimeError):
     """The database is unreachable or refused a statement; the message says which."""
+
+    status: ClassVar[int] = 503
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "5"}
 
 
 class Database:

@@ -361,7 +361,8 @@ CREATE TABLE IF NOT EXISTS hango_schema (
 REVOKE ALL ON hango_schema FROM PUBLIC, hango_app;
 -- ==== end of h2 section ====
 
--- === Agent-written memory under approval (issue 13): runs and proposals ========================
+-- === Agent-written memory under approval (issue 13): runs and proposals =================
+-- (restored: the merge of h8-perf dropped this section; hango/agent/runs.py and proposals.py need it)
 -- A run that stopped "interrupted" keeps its state here (messages so far, the pending tool call),
 -- so any process can resume it. A proposal is an agent's write under /memories/ or /skills/ in
 -- "ask" mode: never executed until an owner or admin approves it. Both tables are under RLS.
@@ -414,7 +415,6 @@ DROP POLICY IF EXISTS tenant_isolation ON proposals;
 CREATE POLICY tenant_isolation ON proposals
     USING (tenant_id = current_setting('hango.tenant_id', true));
 GRANT SELECT, INSERT, UPDATE, DELETE ON runs, proposals TO hango_app;
-
 
 -- ===== before_run change counter (issue 14) ========================================================
 -- One row per agent whose memory or skills files were ever written: `counter` takes a fresh value

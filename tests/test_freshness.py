@@ -80,8 +80,7 @@ def observe(db: Database, tenant: str, agent: str, cached: bool) -> tuple[Any, .
     skills.before_run(ctx)
     memory.before_run(ctx)
     return (memory.system_blocks(ctx), skills.system_blocks(ctx), ctx.state(skills.key).skills,
-            ctx.warnings, [(e.name, e.attributes) for e in ctx.events], ctx.memory_bytes,
-            ctx.memory_sources, ctx.skills_count, ctx.skills_invalid)
+            ctx.warnings, [(e.name, e.attributes) for e in ctx.events], dict(ctx.attributes))
 
 
 @dataclass

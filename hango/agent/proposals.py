@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from psycopg.types.json import Jsonb
 
 from hango.agent.frontmatter import FrontmatterError, parse
 from hango.agent.hooks import Interrupt, RunContext
 from hango.db import Database
+from hango.errors import HangoError
 from hango.fs.backend import EditError, FileNotFound, decode_head
 from hango.fs.path import PREFIX_SKILLS, check_write
 from hango.models.base import ToolCall
@@ -45,11 +46,15 @@ AFTER = ("Files under /memories/ and /skills/ are loaded at the start of a run, 
          "sees this change.")
 
 
-class ProposalError(ValueError):
+class ProposalError(HangoError, ValueError):
     """A proposal cannot be made or decided; the message says why. Nothing was written."""
+
+    status: ClassVar[int] = 422  # an invalid SKILL.md, content over the cap, no reason
 
 
 class ProposalNotFound(ProposalError, LookupError):
+    status: ClassVar[int] = 404
+
     def __init__(self, proposal_id: str) -> None:
         super().__init__(f"no proposal {proposal_id!r} for this agent")
 
@@ -59,7 +64,7 @@ class ProposalInvalid(ProposalError):
 
 
 class AlreadyDecided(ProposalError):
-    pass
+    status: ClassVar[int] = 409
 
 
 class ProposalConflict(ProposalError):
@@ -72,6 +77,11 @@ class ProposalConflict(ProposalError):
                          "Read the fresh diff, then approve against the current version, edit, "
                          "or reject")
         self.proposal, self.current_version, self.diff = proposal, current_version, diff
+
+    status: ClassVar[int] = 409
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": str(self), "current_version": self.current_version, "diff": self.diff}
 
 
 @dataclass(frozen=True)

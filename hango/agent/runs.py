@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from psycopg.types.json import Jsonb
 
 from hango.db import Database
+from hango.errors import HangoError
 from hango.models.base import (
     Block,
     Breakpoint,
@@ -31,11 +32,15 @@ from hango.models.base import (
 CLAIM_SECONDS = 600  # a resume that died (its process killed) frees its claim after this long
 
 
-class RunError(RuntimeError):
-    """A run cannot be resumed; the message says why."""
+class RunError(HangoError, RuntimeError):
+    """A run cannot be resumed; the message says why (pending, already resumed, config changed)."""
+
+    status: ClassVar[int] = 409
 
 
 class RunNotFound(RunError, LookupError):
+    status: ClassVar[int] = 404
+
     def __init__(self, run_id: str) -> None:
         super().__init__(f"no run {run_id!r} in this tenant")
 

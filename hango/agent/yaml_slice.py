@@ -11,13 +11,17 @@ values against the skill schema.
 from __future__ import annotations
 
 import re
-from typing import TypeAlias
+from typing import ClassVar, TypeAlias
+
+from hango.errors import HangoError
 
 __all__ = ["Entries", "Node", "Scalar", "SliceError", "clip", "read"]
 
 
-class SliceError(ValueError):
+class SliceError(HangoError, ValueError):
     """The text is outside the slice. ``line`` counts from the file's first line, or is None."""
+
+    status: ClassVar[int] = 422
 
     def __init__(self, reason: str, line: int | None = None) -> None:
         self.reason, self.line = reason, line

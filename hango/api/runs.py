@@ -22,22 +22,20 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi import Path as UrlPath
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from hango.agent import proposals, runs
 from hango.agent.runs import summary
 from hango.agent.runtime import Agent
-from hango.api.app import ErrorBody, _Agent, _agent
+from hango.api.deps import ErrorBody, _Agent, _agent
 from hango.db import DatabaseError
-from hango.fs.path import ReservedPathError
+from hango.fs.path import WRITERS
 from hango.models.base import Model
 from hango.models.simulated import SimulatedModel
 from hango.settings import Settings, SettingsError
 from hango.telemetry import Telemetry
 
 router = APIRouter(prefix="/v1")
-DECIDERS = ("owner", "admin")
 RunId = Annotated[str, UrlPath(pattern=r"^[A-Za-z0-9._-]{1,128}$")]
 ProposalId = Annotated[str, UrlPath(pattern=r"^[A-Za-z0-9._-]{1,200}$")]
 
@@ -143,7 +141,7 @@ def _server_agent(request: Request, agent: _Agent) -> Agent:
 
 def _decider(request: Request, agent: _Agent) -> str:
     """Owners and admins decide; the answer names who (the token's fingerprint, not the token)."""
-    if agent.principal.role not in DECIDERS:
+    if agent.principal.role not in WRITERS:
         raise (HTTPException(403, "only an owner or admin may see or decide proposals (this "
                                   f"token is a {agent.principal.role})")
                if agent.exists() else agent.no_agent())
@@ -182,10 +180,7 @@ def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
 @router.get("/agents/{agent_id}/runs/{run_id}", summary="How a run ended, or what it waits for",
             response_model=RunOut, responses=_err())
 def get_run(agent: Annotated[_Agent, Depends(_agent)], run_id: RunId) -> RunOut:
-    try:
-        row = runs.load(agent.db, agent.principal.tenant_id, run_id)
-    except runs.RunNotFound as exc:
-        raise agent.missing(str(exc)) from None
+    row = runs.load(agent.db, agent.principal.tenant_id, run_id)  # RunNotFound: 404
     if row["agent_id"] != agent.agent_id:
         raise agent.missing(f"no run {run_id!r} for agent {agent.agent_id!r}")
     return _out(row["result"], run_id, row["status"])
@@ -198,11 +193,7 @@ def resume_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
                run_id: RunId) -> RunOut:
     try:
         result = _server_agent(request, agent).resume(run_id)
-    except runs.RunNotFound as exc:
-        raise agent.missing(str(exc)) from None
-    except runs.RunError as exc:  # pending, already resumed, config changed
-        raise HTTPException(409, str(exc)) from None
-    except (DatabaseError, HTTPException):
+    except (runs.RunError, DatabaseError, HTTPException):  # RunError: 404 or 409 (deps.py)
         raise
     except Exception as exc:  # the model failed; the run stays interrupted, resumable again
         raise HTTPException(502, f"the model failed while resuming {run_id}: {exc}") from None
@@ -239,27 +230,8 @@ def list_proposals(
 def show_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)],
                   proposal_id: ProposalId) -> ProposalOut:
     _decider(request, agent)
-    try:
-        p, diff = proposals.get(agent.db, agent.principal.tenant_id, agent.agent_id, proposal_id)
-    except proposals.ProposalNotFound as exc:
-        raise agent.missing(str(exc)) from None
+    p, diff = proposals.get(agent.db, agent.principal.tenant_id, agent.agent_id, proposal_id)
     return _proposal(p, diff)
-
-
-def _decide(agent: _Agent, action: Any) -> ProposalOut | JSONResponse:
-    try:
-        return _proposal(action())
-    except proposals.ProposalNotFound as exc:
-        raise agent.missing(str(exc)) from None
-    except proposals.ProposalConflict as exc:
-        return JSONResponse({"detail": str(exc), "current_version": exc.current_version,
-                             "diff": exc.diff}, 409)
-    except proposals.AlreadyDecided as exc:
-        raise HTTPException(409, str(exc)) from None
-    except ReservedPathError as exc:
-        raise HTTPException(403, str(exc)) from None
-    except proposals.ProposalError as exc:  # invalid SKILL.md, over the cap, no reason
-        raise HTTPException(422, str(exc)) from None
 
 
 @router.post("/agents/{agent_id}/proposals/{proposal_id}/approve",
@@ -267,7 +239,7 @@ def _decide(agent: _Agent, action: Any) -> ProposalOut | JSONResponse:
              response_model=ProposalOut, responses=_err(403, 409))
 def approve_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)],
                      proposal_id: ProposalId,
-                     body: ApproveBody | None = None) -> ProposalOut | JSONResponse:
+                     body: ApproveBody | None = None) -> ProposalOut:
     by = _decider(request, agent)
     edit = body or ApproveBody()
     a = _server_agent(request, agent)
@@ -275,7 +247,9 @@ def approve_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)]
         allowlist = frozenset(a.load_config().tools)
     except LookupError:
         raise agent.no_agent() from None
-    return _decide(agent, lambda: proposals.approve(
+    # A ProposalError rises to its status (deps.py): not found 404, a conflict 409 with the
+    # fresh diff, already decided 409, an invalid SKILL.md or content over the cap 422.
+    return _proposal(proposals.approve(
         agent.db, agent.principal.tenant_id, agent.agent_id, proposal_id, by=by,
         role=agent.principal.role, content=edit.content, base_version=edit.base_version,
         reason=edit.reason, allowlist=allowlist, max_bytes=a.settings.max_body_bytes,
@@ -286,10 +260,10 @@ def approve_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)]
              summary="Reject with a reason the agent will read", response_model=ProposalOut,
              responses=_err(403, 409))
 def reject_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)],
-                    proposal_id: ProposalId, body: RejectBody) -> ProposalOut | JSONResponse:
+                    proposal_id: ProposalId, body: RejectBody) -> ProposalOut:
     by = _decider(request, agent)
     tel: Telemetry | None = getattr(request.app.state, "hango_telemetry", None)
-    return _decide(agent, lambda: proposals.reject(
+    return _proposal(proposals.reject(
         agent.db, agent.principal.tenant_id, agent.agent_id, proposal_id, by=by,
         role=agent.principal.role, reason=body.reason, telemetry=tel))
 

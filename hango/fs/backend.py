@@ -13,92 +13,36 @@ quota (:class:`QuotaExceeded`) or give a file and a directory one name (:class:`
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, LiteralString, Protocol, TypeVar
+from typing import Any, Protocol
 
 import psycopg
-from psycopg import sql
 
-from hango.db import Database, DatabaseError
-from hango.fs.path import PathError, clean, clean_dir
+from hango.db import Database
+from hango.errors import (
+    EditError,
+    FileNotFound,
+    FileTooLarge,
+    NotText,
+    PathConflict,
+    QuotaExceeded,
+    VersionConflict,
+)
+from hango.fs import gated, listing
+from hango.fs.gated import SKILL_HEAD, Gated, like_escape
+from hango.fs.listing import Entry, InvalidCursor, Page
+from hango.fs.path import clean
 from hango.settings import Settings, get_settings
 
-T = TypeVar("T")
-
-
-class FileNotFound(LookupError):
-    def __init__(self, path: str) -> None:
-        super().__init__(f"no such file: {path}")
-        self.path = path
-
-
-class VersionConflict(RuntimeError):
-    """``if_version`` did not match: someone else wrote the file first. Nothing was written."""
-
-    def __init__(self, path: str, expected: int, actual: int | None) -> None:
-        now = "it does not exist" if actual is None else f"it is at version {actual}"
-        super().__init__(f"{path}: expected version {expected}, but {now}; nothing was written")
-        self.path, self.expected, self.actual = path, expected, actual
-
-
-class EditError(ValueError):
-    """The text to replace is missing or ambiguous. Nothing was written."""
-
-
-class NotText(ValueError):
-    """File contents are UTF-8 text."""
-
-
-class FileTooLarge(ValueError):
-    """A file would be (or is) larger than ``HANGO_MAX_FILE_BYTES``. Nothing was written.
-
-    Raised *before* the too-large content is built: a write compares the content's size, an
-    edit counts the occurrences and computes the result's size first. A read of a file that
-    was stored before the cap (or under a larger one) raises it too, after at most the cap's
-    bytes have left the database.
-    """
-
-    def __init__(self, path: str, size: int, cap: int, *, at_least: bool = False,
-                 stored: bool = False) -> None:
-        what = (f"is {'at least ' if at_least else ''}{size} bytes" if stored else
-                f"would be {'at least ' if at_least else ''}{size} bytes")
-        tail = ("it was stored before the cap; read its head with a limit, or replace or delete "
-                "it" if stored else "nothing was written")
-        super().__init__(f"{path}: the file {what}, more than HANGO_MAX_FILE_BYTES "
-                         f"({cap} bytes); {tail}")
-        self.path, self.size, self.cap = path, size, cap
-
-
-class PathConflict(ValueError):
-    """A file and a directory may not share a name (``/notes`` and ``/notes/x``).
-
-    The database refuses it (a trigger in ``schema.sql``, serialised per first segment, so two
-    racing writers cannot both win); ``other`` is the existing path it clashes with.
-    """
-
-    def __init__(self, message: str, path: str, other: str) -> None:
-        super().__init__(message)
-        self.path, self.other = path, other
-
-
-class QuotaExceeded(RuntimeError):
-    """The write would take the tenant over ``HANGO_TENANT_MAX_FILES`` or
-    ``HANGO_TENANT_MAX_BYTES`` (``quota`` names which). Nothing was written. The database
-    enforces it (``tenant_usage`` in ``schema.sql``), so concurrent writers cannot overshoot."""
-
-    def __init__(self, message: str, quota: str) -> None:
-        super().__init__(message)
-        self.quota = quota
-
-
-class InvalidCursor(ValueError):
-    """A listing cursor that this listing did not hand out."""
+# The storage's errors (defined in hango.errors), listings and gated reads are re-exported here:
+# ``from hango.fs.backend import FileNotFound, Page`` keeps working.
+__all__ = [
+    "SKILL_HEAD", "Backend", "EditError", "Entry", "FileData", "FileNotFound", "FileTooLarge",
+    "Gated", "InvalidCursor", "NotText", "Page", "PathConflict", "PostgresBackend",
+    "QuotaExceeded", "VersionConflict", "decode_head", "like_escape",
+]
 
 
 @dataclass(frozen=True)
@@ -111,46 +55,6 @@ class FileData:
     @property
     def truncated(self) -> bool:
         return len(self.content.encode("utf-8")) < self.size
-
-
-@dataclass(frozen=True)
-class Entry:
-    path: str
-    is_dir: bool
-    size: int = 0
-    version: int = 0
-
-
-class Page(list[T]):
-    """One page of a listing: a plain list, plus ``next_cursor`` (``None`` on the last page).
-
-    Pass ``next_cursor`` back as ``cursor`` to get the next page. A cursor is opaque: it holds
-    the last path of this page (keyset pagination: the next page starts *after* it in the
-    primary key, never at an offset), and the listing it belongs to.
-    """
-
-    def __init__(self, items: Iterable[T] = (), next_cursor: str | None = None) -> None:
-        super().__init__(items)
-        self.next_cursor = next_cursor
-
-
-def encode_cursor(kind: str, query: str, after: str) -> str:
-    raw = json.dumps([kind, query, after], ensure_ascii=False, separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
-
-
-def decode_cursor(cursor: str, kind: str, query: str) -> str:
-    """The path a page ends at, from a cursor this listing (``kind`` and ``query``) handed out."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        got_kind, got_query, after = json.loads(raw.decode("utf-8"))
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
-        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}: pass back the next_cursor of the "
-                            "previous page unchanged") from None
-    if (got_kind, got_query) != (kind, query) or not isinstance(after, str):
-        raise InvalidCursor(f"invalid cursor: it belongs to another listing ({got_kind} "
-                            f"{got_query!r}), not to {kind} {query!r}")
-    return after
 
 
 def decode_head(data: bytes) -> str:
@@ -171,43 +75,6 @@ def _decode_lenient(data: bytes) -> str:
         return decode_head(data)
     except NotText:
         return data.decode("utf-8", "surrogateescape")
-
-
-def glob_to_regex(pattern: str) -> str:
-    """``**`` spans directories, ``*`` and ``?`` stay within one segment. Anchored both ends."""
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return "^" + "".join(out) + "$"
-
-
-def like_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def _pattern_literal(pattern: str) -> str:
-    """A LIKE pattern as SQL text: quotes doubled, ``%`` doubled for psycopg's placeholders."""
-    return "'" + pattern.replace("'", "''").replace("%", "%%") + "'"
-
-
-# The cut the ``skill_head`` generated column holds (schema.sql): the first 16384 bytes of each
-# SKILL.md, ended after the first line that is exactly ``---``. The skills middleware's arguments.
-SKILL_HEAD = ("SKILL.md", 16384, (b"\n---\n", b"\n---\r\n"))
 
 
 class Backend(Protocol):
@@ -313,26 +180,10 @@ class PostgresBackend:
         Files come back in the order given; each gets at most what the earlier ones left of
         ``limit``, so the whole query never transfers more than ``limit`` bytes of content.
         """
-        query, params = self._read_many_query(paths, limit)
+        query, params = gated.read_many_query(self, paths, limit)
         with self.db.tenant(self.tenant_id) as conn:
             rows = conn.execute(query, params, binary=True).fetchall()
         return self._rows(rows)
-
-    def _read_many_query(self, paths: Sequence[str],
-                         limit: int) -> tuple[LiteralString, dict[str, Any]]:
-        cleaned = list(dict.fromkeys(clean(p) for p in paths))
-        return (
-            """SELECT f.path,
-                      substring(f.content FROM 1 FOR greatest(0, least(f.size, %(n)s
-                          - coalesce(sum(f.size) OVER (ORDER BY s.ord ROWS BETWEEN
-                                     UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::int),
-                      f.version, f.size
-                 FROM unnest(%(p)s::text[]) WITH ORDINALITY AS s(path, ord)
-                 JOIN agent_files f ON f.tenant_id = %(t)s AND f.agent_id = %(a)s
-                                   AND f.path = s.path
-                ORDER BY s.ord""",
-            {**self._ns(), "n": limit, "p": cleaned},
-        )
 
     def heads(self, directories: Sequence[str], name: str, limit: int,
               max_per_dir: int | None = None, cut_after: Sequence[bytes] = ()) -> list[FileData]:
@@ -345,38 +196,11 @@ class PostgresBackend:
         is a literal in the SQL text, so for ``SKILL.md`` the planner can always prove, and use,
         the partial index that holds only ``SKILL.md`` rows.
         """
-        query, params = self._heads_query(directories, name, limit, max_per_dir, cut_after)
+        query, params = gated.heads_query(self, directories, name, limit, max_per_dir,
+                                          cut_after)
         with self.db.tenant(self.tenant_id) as conn:
             rows = conn.execute(query, params, binary=True).fetchall()
         return self._rows(rows, lenient=True)
-
-    def _heads_query(self, directories: Sequence[str], name: str, limit: int,
-                     max_per_dir: int | None, cut_after: Sequence[bytes],
-                     ) -> tuple[sql.Composed, dict[str, Any]]:
-        dirs = list(dict.fromkeys(clean_dir(d) for d in directories))
-        if not name or "/" in name or "\\" in name:
-            raise ValueError(f"name must be a bare file name, got {name!r}")
-        # Per directory, a range scan of the index (C collation: every path under "/skills/"
-        # sorts in ["/skills/", "/skills0")), stopped by LIMIT; only then is a head cut.
-        query = sql.SQL(
-            """SELECT DISTINCT ON (f.path) f.path,
-                      CASE WHEN stop.cut IS NULL THEN h.head
-                           ELSE substring(h.head FROM 1 FOR stop.cut) END,
-                      f.version, f.size
-                 FROM unnest(%(lo)s::text[], %(hi)s::text[]) AS d(lo, hi),
-                      LATERAL (SELECT path, content, version, size FROM agent_files
-                                WHERE tenant_id = %(t)s AND agent_id = %(a)s
-                                  AND path >= d.lo AND path < d.hi AND path LIKE {suffix}
-                                ORDER BY path LIMIT %(max)s) AS f,
-                      LATERAL (SELECT substring(f.content FROM 1 FOR %(n)s) AS head
-                               OFFSET 0) AS h,  -- OFFSET 0: fetch each head once, not per use
-                      LATERAL (SELECT min(position(m IN h.head) + length(m) - 1) AS cut
-                                 FROM unnest(%(stops)s::bytea[]) AS m
-                                WHERE position(m IN h.head) > 0) AS stop
-                ORDER BY f.path"""
-        ).format(suffix=sql.SQL(_pattern_literal("%/" + like_escape(name))))
-        return query, {**self._ns(), "n": limit, "max": max_per_dir, "stops": list(cut_after),
-                       "lo": dirs, "hi": [d[:-1] + "0" for d in dirs]}
 
     def write(self, path: str, content: str, if_version: int | None = None) -> int:
         """Create or replace a file; return its new version."""
@@ -504,58 +328,9 @@ class PostgresBackend:
 
     def ls(self, path: str = "/", limit: int | None = None,
            cursor: str | None = None) -> Page[Entry]:
-        """One page of a directory's direct children, in byte order of their path (a directory's
-        path ends with ``/``): files with size and version, and subdirectories.
-
-        Keyset pagination by a *skip scan*: each step is one probe of the primary key for the
-        first path after the previous entry; after a subdirectory it jumps past the whole
-        subtree (C collation: everything under ``/notes/`` sorts before ``/notes0``). A page of
-        ``n`` entries costs ``n + 1`` index probes, however many files the directory holds.
-        """
-        directory = clean_dir(path)
-        size = self.page_size(limit)
-        if cursor is None:
-            lo = directory
-        else:
-            after = decode_cursor(cursor, "ls", directory)
-            if not after.startswith(directory) or after == directory:
-                raise InvalidCursor("invalid cursor: it does not lie in this directory")
-            lo = after[:-1] + "0" if after.endswith("/") else after + "\x01"
-        with self.db.tenant(self.tenant_id) as conn:
-            rows = conn.execute(
-                """WITH RECURSIVE walk(n, path, size, version, child, is_dir) AS (
-                       SELECT 1, f.path, f.size, f.version, c.child, c.is_dir
-                         FROM (SELECT path, size, version FROM agent_files
-                                WHERE tenant_id = %(t)s AND agent_id = %(a)s
-                                  AND path >= %(lo)s AND path < %(hi)s
-                                ORDER BY path LIMIT 1) f,
-                              LATERAL (SELECT split_part(substr(f.path, %(k)s), '/', 1) AS child,
-                                              strpos(substr(f.path, %(k)s), '/') > 0 AS is_dir) c
-                     UNION ALL
-                       SELECT w.n + 1, f.path, f.size, f.version, c.child, c.is_dir
-                         FROM walk w,
-                              LATERAL (SELECT path, size, version FROM agent_files
-                                        WHERE tenant_id = %(t)s AND agent_id = %(a)s
-                                          AND path >= CASE WHEN w.is_dir
-                                                           THEN %(dir)s || w.child || '0'
-                                                           ELSE w.path || chr(1) END
-                                          AND path < %(hi)s
-                                        ORDER BY path LIMIT 1) f,
-                              LATERAL (SELECT split_part(substr(f.path, %(k)s), '/', 1) AS child,
-                                              strpos(substr(f.path, %(k)s), '/') > 0 AS is_dir) c
-                        WHERE w.n <= %(n)s)
-                   SELECT child, is_dir, size, version FROM walk ORDER BY n""",
-                {**self._ns(), "lo": lo, "hi": directory[:-1] + "0", "dir": directory,
-                 "k": len(directory) + 1, "n": size},
-            ).fetchall()
-        entries = [
-            Entry(directory + child + ("/" if is_dir else ""), bool(is_dir),
-                  0 if is_dir else int(nbytes), 0 if is_dir else int(version))
-            for child, is_dir, nbytes, version in rows
-        ]
-        more = len(entries) > size
-        return Page(entries[:size],
-                    encode_cursor("ls", directory, entries[size - 1].path) if more else None)
+        """One page of a directory's direct children, in byte order of their path
+        (:func:`hango.fs.listing.ls`: a keyset skip scan, ``n + 1`` index probes a page)."""
+        return listing.ls(self, path, limit, cursor)
 
     def glob(self, pattern: str, limit: int | None = None,
              cursor: str | None = None) -> Page[str]:
@@ -565,153 +340,31 @@ class PostgresBackend:
 
     def glob_entries(self, pattern: str, limit: int | None = None,
                      cursor: str | None = None) -> Page[Entry]:
-        """:meth:`glob` with each file's size and version.
+        """:meth:`glob` with each file's size and version (:func:`hango.fs.listing.glob_entries`:
+        one range scan, at most ``HANGO_GLOB_SCAN_MAX`` paths examined a page)."""
+        return listing.glob_entries(self, pattern, limit, cursor)
 
-        One query: a range scan of the primary key from the pattern's literal directory prefix
-        (or from the cursor), filtered by the pattern's regular expression. The scan examines at
-        most ``HANGO_GLOB_SCAN_MAX`` paths per page, so a pattern that matches little in a large
-        tree cannot make one request scan it all: the page then comes back short (even empty)
-        with a ``next_cursor`` at the last path examined.
-        """
-        if not isinstance(pattern, str) or not pattern.startswith("/"):
-            raise ValueError(f"glob pattern must be absolute, got {pattern!r}")
-        try:  # with its wildcards set aside, a pattern obeys the path rules (no NUL, no '..')
-            clean_dir(re.sub(r"[*?]", "x", pattern))
-        except PathError as exc:
-            raise PathError(pattern, exc.rule) from None
-        size = self.page_size(limit)
-        scan = self.settings.glob_scan_max
-        literal = re.split(r"[*?]", pattern, maxsplit=1)[0]
-        prefix = literal[: literal.rfind("/") + 1]
-        lo = prefix
-        if cursor is not None:
-            after = decode_cursor(cursor, "glob", pattern)
-            if not after.startswith(prefix):
-                raise InvalidCursor("invalid cursor: it does not lie under this pattern's prefix")
-            lo = after + "\x01"  # the first path after it (no path holds a control character)
-        with self.db.tenant(self.tenant_id) as conn:
-            rows = conn.execute(
-                """SELECT path, size, version, hit, n FROM (
-                       SELECT path, size, version, path ~ %(re)s AS hit,
-                              row_number() OVER (ORDER BY path) AS n
-                         FROM (SELECT path, size, version FROM agent_files
-                                WHERE tenant_id = %(t)s AND agent_id = %(a)s
-                                  AND path >= %(lo)s AND path < %(hi)s
-                                ORDER BY path LIMIT %(scan)s) s) x
-                    WHERE hit OR n = %(scan)s
-                    ORDER BY path LIMIT %(rows)s""",
-                {**self._ns(), "re": glob_to_regex(pattern), "lo": lo,
-                 "hi": prefix[:-1] + "0", "scan": scan, "rows": size + 2},
-            ).fetchall()
-        hits = [Entry(p, False, int(b), int(v)) for p, b, v, hit, _ in rows if hit]
-        if len(hits) > size:  # a full page, and more matches after it
-            return Page(hits[:size], encode_cursor("glob", pattern, hits[size - 1].path))
-        if rows and rows[-1][4] == scan:
-            # the scan used its whole budget: more may match after the last path it examined
-            return Page(hits, encode_cursor("glob", pattern, rows[-1][0]))
-        return Page(hits)
-
-    # --- before_run's reads, gated by the agent's change counter (issue 14) -------------------
+    # --- before_run's reads, gated by the agent's change counter (issue 14): hango.fs.gated --
 
     def gated_read_many(self, paths: Sequence[str], limit: int, known: int | None) -> Gated:
         """:meth:`read_many` as one read of :meth:`read_if_changed`."""
-        query, params = self._read_many_query(paths, limit)
-        return Gated(sql.SQL(query), params, False, known)
+        return gated.gated_read_many(self, paths, limit, known)
 
     def gated_heads(self, directories: Sequence[str], name: str, limit: int, known: int | None,
                     max_per_dir: int | None = None, cut_after: Sequence[bytes] = ()) -> Gated:
-        """:meth:`heads` as one read of :meth:`read_if_changed`; the skills cut is read from the
-        ``skill_head`` column the database filled at write time (same bytes, small rows)."""
-        if (name, limit, tuple(cut_after)) == SKILL_HEAD and max_per_dir is not None:
-            return self.gated_skill_heads(directories, max_per_dir, known)
-        query, params = self._heads_query(directories, name, limit, max_per_dir, cut_after)
-        return Gated(query, params, True, known)
+        """:meth:`heads` as one read of :meth:`read_if_changed` (the skills cut: its column)."""
+        return gated.gated_heads(self, directories, name, limit, known, max_per_dir, cut_after)
 
     def skill_heads(self, directories: Sequence[str], max_per_dir: int) -> list[FileData]:
-        """:meth:`heads` of every ``SKILL.md`` with the skills middleware's cut (its first
-        ``HEAD_BYTES``, ended after the closing ``---``), read from the ``skill_head`` column
-        that the database computes when the file is written: small rows, no per-scan cutting."""
-        query, params = self._skill_heads_query(directories, max_per_dir)
-        with self.db.tenant(self.tenant_id) as conn:
-            rows = conn.execute(query, params, binary=True).fetchall()
-        return self._rows(rows, lenient=True)
+        """:meth:`heads` of every ``SKILL.md`` with the skills cut, from ``skill_head``."""
+        return gated.skill_heads(self, directories, max_per_dir)
 
     def gated_skill_heads(self, directories: Sequence[str], max_per_dir: int,
                           known: int | None) -> Gated:
         """:meth:`skill_heads` as one read of :meth:`read_if_changed`."""
-        query, params = self._skill_heads_query(directories, max_per_dir)
-        return Gated(sql.SQL(query), params, True, known)
-
-    def _skill_heads_query(self, directories: Sequence[str],
-                           max_per_dir: int) -> tuple[LiteralString, dict[str, Any]]:
-        dirs = list(dict.fromkeys(clean_dir(d) for d in directories))
-        return (
-            """SELECT DISTINCT ON (f.path) f.path, f.skill_head, f.version, f.size
-                 FROM unnest(%(lo)s::text[], %(hi)s::text[]) AS d(lo, hi),
-                      LATERAL (SELECT path, skill_head, version, size FROM agent_files
-                                WHERE tenant_id = %(t)s AND agent_id = %(a)s
-                                  AND path >= d.lo AND path < d.hi AND path LIKE '%%/SKILL.md'
-                                ORDER BY path LIMIT %(max)s) AS f
-                ORDER BY f.path""",
-            {**self._ns(), "max": max_per_dir, "lo": dirs, "hi": [d[:-1] + "0" for d in dirs]},
-        )
+        return gated.gated_skill_heads(self, directories, max_per_dir, known)
 
     def read_if_changed(self, reads: Sequence[Gated]) -> list[tuple[int, list[FileData] | None]]:
-        """For each read: the agent's change counter, and the rows when ``known`` is not that
-        counter (``None`` when it is: the database skipped the read, nothing was sent).
-
-        ONE protocol round trip, whatever changed: the tenant and every read go out together in
-        pipeline mode with a single Sync, which makes them one implicit transaction (the tenant
-        set with ``set_config(..., true)`` holds until that Sync, then is gone). Each read returns
-        the counter it was gated on from its own snapshot, so its rows are never older than the
-        counter they are cached under. Rows come back sorted by path.
-        """
-        gate = sql.SQL(
-            """SELECT c.counter, q.*
-                 FROM (SELECT coalesce((SELECT counter FROM agent_changes
-                                         WHERE tenant_id = %(t)s AND agent_id = %(a)s), 0)
-                              AS counter) AS c
-                 LEFT JOIN LATERAL (SELECT * FROM ({}) AS s
-                                     WHERE c.counter IS DISTINCT FROM %(known)s
-                                    OFFSET 0) AS q ON true""")  # OFFSET 0: a gate, not a filter
-        try:
-            with self.db.pool.connection() as conn:
-                # autocommit for the duration, so that psycopg adds no BEGIN or COMMIT of its own
-                # (each would sync the pipeline).
-                conn.autocommit = True
-                try:
-                    with conn.pipeline():
-                        # A generic plan: these statements are prepared (psycopg does it
-                        # after 5 uses), and re-planning them each time cost more than the
-                        # gated run itself (0.2 of 0.27 ms).
-                        conn.execute("SELECT set_config('hango.tenant_id', %s, true),"
-                                     " set_config('plan_cache_mode', 'force_generic_plan', true)",
-                                     [self.tenant_id])
-                        cursors = [conn.execute(gate.format(r.query), {**r.params, "known": r.known},
-                                                binary=True) for r in reads]
-                finally:
-                    conn.autocommit = False
-                out: list[tuple[int, list[FileData] | None]] = []
-                for read, cur in zip(reads, cursors, strict=True):
-                    rows = cur.fetchall()
-                    counter = int(rows[0][0])
-                    if read.known == counter:
-                        out.append((counter, None))
-                    else:
-                        found = sorted((r[1:] for r in rows if r[1] is not None),
-                                       key=lambda r: str(r[0]))
-                        out.append((counter, self._rows(found, lenient=read.lenient)))
-        except psycopg.OperationalError as exc:
-            raise DatabaseError(f"database unavailable: {exc}".strip()) from exc
-        return out
-
-
-@dataclass(frozen=True)
-class Gated:
-    """One read for :meth:`PostgresBackend.read_if_changed`: a query, its parameters, and the
-    change counter its cached result was read at (``None``: nothing cached, always read)."""
-
-    query: sql.Composable
-    params: dict[str, Any]
-    lenient: bool
-    known: int | None
+        """For each read: the agent's change counter, and its rows unless ``known`` is that
+        counter; one protocol round trip (:func:`hango.fs.gated.read_if_changed`)."""
+        return gated.read_if_changed(self, reads)

@@ -11,7 +11,9 @@ write slips past a prefix check, so a ``..`` segment is an error, not something 
 from __future__ import annotations
 
 import unicodedata
-from typing import Literal
+from typing import ClassVar, Literal, get_args
+
+from hango.errors import HangoError
 
 PREFIX_MEMORIES = "/memories/"
 PREFIX_SKILLS = "/skills/"
@@ -19,12 +21,18 @@ RESERVED_PREFIXES = (PREFIX_MEMORIES, PREFIX_SKILLS)
 MAX_PATH_BYTES = 1024
 MAX_SEGMENT_BYTES = 255
 
+# The roles, spelled once: a token has one; owners and admins write the reserved prefixes,
+# decide proposals and configure agents; only an owner manages tokens.
 Role = Literal["owner", "admin", "member"]
-WRITERS: frozenset[str] = frozenset({"owner", "admin"})
+ROLES: tuple[str, ...] = get_args(Role)
+OWNER = "owner"
+WRITERS: frozenset[str] = frozenset({OWNER, "admin"})
 
 
-class PathError(ValueError):
+class PathError(HangoError, ValueError):
     """A path breaks one of the rules; the message names the rule."""
+
+    status: ClassVar[int] = 422
 
     def __init__(self, path: object, rule: str) -> None:
         super().__init__(f"invalid path {path!r}: {rule}")
@@ -32,8 +40,10 @@ class PathError(ValueError):
         self.rule = rule
 
 
-class ReservedPathError(PermissionError):
+class ReservedPathError(HangoError, PermissionError):
     """A write under a reserved prefix by someone who may not write there."""
+
+    status: ClassVar[int] = 403
 
     def __init__(self, path: str, prefix: str, who: str) -> None:
         super().__init__(
