@@ -1,0 +1,158 @@
+"""Tests written to kill mutants that survived `make mutation` (issue 11 point 5).
+
+Each test names what a user relies on; docs/reliability.md "Mutation testing" lists the mutants it
+kills. Real parts only: PostgreSQL, the OpenTelemetry SDK with an in-memory exporter.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+
+from hango.agent.runtime import Agent
+from hango.agents import AgentConfig, save_agent
+from hango.db import Database
+from hango.models.simulated import SimulatedModel, tool_call
+from hango.telemetry import Telemetry
+
+
+def _run(db: Database, tenant: str, tel: Telemetry, script: list[Any]) -> Any:
+    save_agent(db, tenant, "a1", AgentConfig())
+    return Agent(db, tenant, "a1", SimulatedModel(policy=script), telemetry=tel).run("hi")
+
+
+def test_the_run_span_names_agent_tenant_run_and_status(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    """A trace backend finds a run by agent, tenant and run id, and sees how it ended."""
+    tel, exporter, _ = telemetry_pair
+    result = _run(db, tenant, tel, ["done"])
+    spans = exporter.get_finished_spans()
+    root = next(s for s in spans if s.parent is None)
+    assert root.name == "agent.run"
+    attrs = dict(root.attributes or {})
+    assert {k: attrs.get(k) for k in ("gen_ai.agent.name", "hango.tenant.id", "hango.run.id",
+                                      "hango.run.status")} == {
+        "gen_ai.agent.name": "a1", "hango.tenant.id": tenant, "hango.run.id": result.run_id,
+        "hango.run.status": "done"}
+    before = next(s for s in spans if s.name == "agent.before_run")
+    assert before.parent is not None and before.parent.span_id == root.context.span_id
+    # The result carries the trace id a user pastes into the trace backend.
+    assert result.trace_id == trace.format_trace_id(root.context.trace_id)
+    assert re.fullmatch(r"[0-9a-f]{32}", result.trace_id)
+
+
+def test_a_failed_run_says_failed_on_its_span(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig(max_steps=1))
+    result = Agent(db, tenant, "a1", SimulatedModel(policy=[
+        [tool_call("ls", {"path": "/"})], "never reached"]), telemetry=tel).run("hi")
+    root = next(s for s in exporter.get_finished_spans() if s.name == "agent.run")
+    assert result.status == "failed"
+    assert (root.attributes or {})["hango.run.status"] == "failed"
+
+
+def test_without_a_tracer_the_trace_id_is_empty(db: Database, tenant: str) -> None:
+    """No tracing configured: no made-up all-zero trace id on the result."""
+    result = _run(db, tenant, Telemetry(trace.NoOpTracerProvider()), ["done"])
+    assert result.trace_id == ""
+
+
+def test_the_run_log_line_names_agent_and_run(
+        db: Database, tenant: str, telemetry_pair: Any, caplog: pytest.LogCaptureFixture) -> None:
+    tel, _, _ = telemetry_pair
+    caplog.set_level(logging.INFO, logger="hango")
+    result = _run(db, tenant, tel, ["done"])
+    lines = [r for r in caplog.records if r.getMessage().startswith("hango run ")]
+    assert len(lines) == 1
+    assert lines[0].getMessage().startswith(f"hango run agent_id=a1 run_id={result.run_id} ")
+    assert (lines[0].__dict__["agent_id"], lines[0].__dict__["run_id"]) == ("a1", result.run_id)
+
+
+def test_tool_spans_say_whether_the_tool_failed(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    tel, exporter, _ = telemetry_pair
+    _run(db, tenant, tel, [[tool_call("ls", {"path": "/"})],
+                           [tool_call("read_file", {"path": "/nope.md"})],
+                           [tool_call("no_such_tool")], "done"])
+    tools = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert [(s.attributes or {})["hango.tool.error"] for s in tools] == [False, True, True]
+    root = next(s for s in exporter.get_finished_spans() if s.name == "agent.run")
+    for span in tools:  # inside the run's trace, not a trace of their own
+        assert span.context.trace_id == root.context.trace_id
+
+
+# --- memory ---------------------------------------------------------------------------------------
+
+
+def test_cut_utf8_never_splits_a_character() -> None:
+    from hango.agent.memory import cut_utf8
+
+    assert cut_utf8("aé", 2) == "a"  # é is 2 bytes: a cut inside it drops it, raises nothing
+    assert cut_utf8("aé", 3) == "aé"
+    assert cut_utf8("abc", 3) == "abc"
+
+
+def test_a_path_with_an_ampersand_is_escaped_in_the_frame() -> None:
+    from hango.agent.memory import frame
+
+    assert frame("/memories/a&b.md", "x") == '<memory path="/memories/a&amp;b.md">\nx\n</memory>'
+
+
+def _memory_run(db: Database, tenant: str, mw: Any, files: dict[str, str],
+                tel: Telemetry | None = None) -> Any:
+    from hango.agent.stack import Stack, default_stack
+    from hango.fs.backend import PostgresBackend
+
+    save_agent(db, tenant, "a1", AgentConfig())
+    fs = PostgresBackend(db, tenant, "a1")
+    for path, text in files.items():
+        fs.write(path, text)
+    stack = lambda a: Stack([m if m.name != "memory" else mw  # noqa: E731
+                             for m in default_stack(a).middlewares])
+    return Agent(db, tenant, "a1", SimulatedModel(), telemetry=tel, stack=stack).run("hi")
+
+
+def _memory_blocks(result: Any) -> list[str]:
+    return [b.text for b in result.requests[0].system if b.source.startswith("/memories/")]
+
+
+def test_sources_given_to_the_middleware_override_the_agent_config(
+        db: Database, tenant: str) -> None:
+    from hango.agent.memory import MemoryMiddleware
+
+    result = _memory_run(db, tenant, MemoryMiddleware(sources=["/memories/b.md"]),
+                         {"/memories/AGENTS.md": "from config", "/memories/b.md": "from mw"})
+    assert _memory_blocks(result) == ['<memory path="/memories/b.md">\nfrom mw\n</memory>']
+
+
+def test_a_source_of_exactly_the_cap_is_loaded_whole(db: Database, tenant: str) -> None:
+    from hango.agent.memory import MemoryMiddleware
+
+    result = _memory_run(db, tenant, MemoryMiddleware(max_bytes=4), {"/memories/AGENTS.md": "abcd"})
+    assert _memory_blocks(result) == ['<memory path="/memories/AGENTS.md">\nabcd\n</memory>']
+    assert result.warnings == []
+
+
+def test_memory_load_publishes_sources_and_bytes_on_span_result_and_metrics(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    from hango.agent.memory import MemoryMiddleware
+
+    tel, exporter, reader = telemetry_pair
+    result = _memory_run(db, tenant, MemoryMiddleware(), {"/memories/AGENTS.md": "abc"}, tel)
+    assert result.attributes["hango.memory.sources"] == ["/memories/AGENTS.md"]
+    assert result.attributes["hango.memory.bytes"] == 3
+    span = next(s for s in exporter.get_finished_spans() if s.name == "agent.memory_load")
+    assert dict(span.attributes or {}) == {"hango.memory.sources": ("/memories/AGENTS.md",),
+                                           "hango.memory.bytes": 3}
+    points = {m.name: m.data.data_points for rm in reader.get_metrics_data().resource_metrics
+              for sm in rm.scope_metrics for m in sm.metrics}
+    (duration,) = points["hango.memory.load.duration"]
+    assert dict(duration.attributes) == {"hango.memory.source_count": 1}
+    assert duration.count == 1 and 0 <= duration.sum < 60  # a duration, not a negative time
+    (nbytes,) = points["hango.memory.bytes"]
+    assert (nbytes.sum, dict(nbytes.attributes)) == (3, {"hango.memory.source_count": 1})
