@@ -156,3 +156,125 @@ def test_memory_load_publishes_sources_and_bytes_on_span_result_and_metrics(
     assert duration.count == 1 and 0 <= duration.sum < 60  # a duration, not a negative time
     (nbytes,) = points["hango.memory.bytes"]
     assert (nbytes.sum, dict(nbytes.attributes)) == (3, {"hango.memory.source_count": 1})
+
+
+# --- stack ----------------------------------------------------------------------------------------
+
+
+def test_default_stack_hands_each_middleware_its_setting(db: Database, tenant: str) -> None:
+    from hango.agent.stack import default_stack
+    from hango.settings import load_settings
+
+    s = load_settings(proposals_max_pending=3, max_file_bytes=4096,
+                      skills_default_sources=["/skills/team"],
+                      memory_default_sources=["/memories/team.md"])
+    stack = default_stack(Agent(db, tenant, "a1", SimulatedModel(), settings=s))
+    fs, skills, memory = (stack.slots[n] for n in ("filesystem", "skills", "memory"))
+    assert (fs.max_pending, fs.max_bytes) == (3, 4096)
+    assert skills.default_sources == ["/skills/team/"]
+    assert memory.default_sources == ["/memories/team.md"]
+
+
+def test_a_request_carries_model_max_tokens_and_the_system_prompt_block(
+        db: Database, tenant: str) -> None:
+    from hango.models.base import Block
+
+    save_agent(db, tenant, "a1", AgentConfig(system_prompt="Be brief."))
+    result = Agent(db, tenant, "a1", SimulatedModel()).run("hi")
+    request = result.requests[0]
+    assert (request.model, request.max_tokens) == ("hango-sim-1", 1024)
+    assert request.system[0] == Block("Be brief.", "system_prompt")
+
+
+def test_a_stack_without_prompt_cache_has_no_breakpoint(db: Database, tenant: str) -> None:
+    from hango.agent.stack import default_stack
+
+    save_agent(db, tenant, "a1", AgentConfig())
+    plain = lambda a: default_stack(a).without("prompt_cache")  # noqa: E731
+    result = Agent(db, tenant, "a1", SimulatedModel(), stack=plain).run("hi")
+    assert result.requests[0].breakpoints == ()
+    names = [m.name for m in default_stack(Agent(db, tenant, "a1", SimulatedModel()))
+             .without("skills", "memory").middlewares]
+    assert names == ["filesystem", "subagents", "prompt_cache"]
+
+
+def test_a_model_wrapper_sees_the_run_context(db: Database, tenant: str) -> None:
+    from hango.agent.stack import Stack, default_stack
+
+    seen: list[str] = []
+
+    class Spy:
+        name = "spy"
+
+        def wrap_model_call(self, ctx: Any, request: Any, call_next: Any) -> Any:
+            seen.append(ctx.agent_id)
+            return call_next(request)
+
+    save_agent(db, tenant, "a1", AgentConfig())
+    Agent(db, tenant, "a1", SimulatedModel(),
+          stack=lambda a: Stack([*default_stack(a).middlewares, Spy()])).run("hi")
+    assert seen == ["a1"]
+
+
+# --- path -----------------------------------------------------------------------------------------
+
+
+def test_an_agent_write_in_ask_mode_is_a_proposal_naming_path_and_prefix() -> None:
+    from hango.fs.path import ApprovalRequired, check_write
+
+    with pytest.raises(ApprovalRequired) as info:
+        check_write("/memories/AGENTS.md", None, "ask")
+    assert (info.value.path, info.value.prefix) == ("/memories/AGENTS.md", "/memories/")
+    assert str(info.value) == ("'/memories/AGENTS.md' is under the reserved prefix /memories/: the "
+                               "write becomes a proposal that an owner or admin approves or rejects")
+
+
+def test_a_source_outside_its_prefix_is_named_in_the_error() -> None:
+    from hango.fs.path import PathError, validate_source
+
+    with pytest.raises(PathError) as info:
+        validate_source("/notes/a.md", "/memories/")
+    assert (info.value.path, info.value.rule) == ("/notes/a.md", "must be under /memories/")
+    assert str(info.value) == "invalid path '/notes/a.md': must be under /memories/"
+
+
+# --- skills ---------------------------------------------------------------------------------------
+
+
+def _skill(name: str, description: str = "Does a thing.") -> Any:
+    from hango.agent.skills import Skill
+
+    return Skill(name, description, f"/skills/{name}/SKILL.md", None, None)
+
+
+def test_the_index_budget_is_exact_to_the_byte() -> None:
+    from hango.agent.skills import render_index, within_budget
+
+    skills = [_skill("a"), _skill("b"), _skill("c")]
+    size = len(render_index(skills).encode())
+    assert within_budget(skills, size) == 3
+    assert within_budget(skills, size - 1) == 2
+    assert within_budget(skills[:1], len(render_index(skills[:1]).encode())) == 1
+    assert within_budget(skills[:1], len(render_index(skills[:1]).encode()) - 1) == 0
+
+
+def test_an_ampersand_in_a_description_is_escaped_on_its_index_line() -> None:
+    from hango.agent.skills import one_line
+
+    assert one_line("Q&A <b>") == "Q&amp;A &lt;b&gt;"
+
+
+def test_the_skills_index_span_counts_indexed_and_invalid(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    from hango.fs.backend import PostgresBackend
+
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig())
+    fs = PostgresBackend(db, tenant, "a1")
+    fs.write("/skills/good/SKILL.md", "---\nname: good\ndescription: A skill.\n---\n")
+    fs.write("/skills/bad/SKILL.md", "---\nname: [unclosed\n---\n")
+    result = Agent(db, tenant, "a1", SimulatedModel(), telemetry=tel).run("hi")
+    span = next(s for s in exporter.get_finished_spans() if s.name == "agent.skills_index")
+    assert dict(span.attributes or {}) == {"hango.skills.count": 1, "hango.skills.invalid": 1}
+    assert (result.attributes["hango.skills.count"], result.attributes["hango.skills.invalid"]) \
+        == (1, 1)
