@@ -1,7 +1,7 @@
 """Summarise a finished `mutmut run` (issue 11 point 5): score per module, and every survivor with
 its one-line diff, so docs/reliability.md can give each a verdict.
 
-Run from the repository root after `make mutation`:  python bench/mutation_report.py [--survivors]
+Run from the repository root after `make mutation`:  python tests/mutation_report.py [--survivors]
 It reads mutmut's own results (``mutmut results --all true``) and diffs (``mutmut show``)."""
 
 from __future__ import annotations
