@@ -278,3 +278,18 @@ def test_the_skills_index_span_counts_indexed_and_invalid(
     assert dict(span.attributes or {}) == {"hango.skills.count": 1, "hango.skills.invalid": 1}
     assert (result.attributes["hango.skills.count"], result.attributes["hango.skills.invalid"]) \
         == (1, 1)
+
+
+def test_an_allowed_tool_no_middleware_provides_is_an_error_the_model_reads(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    from hango.agent.stack import default_stack
+
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig(tools=["ls", "task"]))
+    result = Agent(db, tenant, "a1", SimulatedModel(policy=[[tool_call("task", {})], "done"]),
+                   telemetry=tel, stack=lambda a: default_stack(a).without("subagents")).run("hi")
+    (answer,) = result.messages[2].tool_results
+    assert (answer.call_id, answer.content, answer.is_error) == (
+        "call_1", "error: no tool named 'task'", True)
+    (span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert (span.attributes or {})["hango.tool.error"] is True
