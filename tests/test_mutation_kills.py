@@ -293,3 +293,34 @@ def test_an_allowed_tool_no_middleware_provides_is_an_error_the_model_reads(
         "call_1", "error: no tool named 'task'", True)
     (span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
     assert (span.attributes or {})["hango.tool.error"] is True
+
+
+# --- PromptCache ----------------------------------------------------------------------------------
+
+
+def _cache_request(n_system_marks: int, messages: int) -> Any:
+    from hango.models.base import Block, Breakpoint, Message, Request
+
+    return Request(model="m", tools=(), system=tuple(Block(f"b{i}", f"s{i}") for i in range(4)),
+                   messages=tuple(Message("user", f"m{i}") for i in range(messages)),
+                   breakpoints=tuple(Breakpoint("system", i, "5m")
+                                     for i in range(n_system_marks)))
+
+
+def test_no_conversation_breakpoint_without_messages() -> None:
+    from hango.agent.promptcache import PromptCache
+
+    sent = PromptCache(prefix_ttl="5m").wrap_model_call(
+        None, _cache_request(1, 0), lambda r: r)  # type: ignore[arg-type]
+    assert [b.tier for b in sent.breakpoints] == ["system"]
+
+
+def test_the_conversation_breakpoint_takes_the_fourth_slot_not_a_fifth() -> None:
+    from hango.agent.promptcache import PromptCache
+
+    cache = PromptCache(prefix_ttl="5m")
+    sent = cache.wrap_model_call(None, _cache_request(3, 2), lambda r: r)  # type: ignore[arg-type]
+    assert [(b.tier, b.index) for b in sent.breakpoints][-1] == ("messages", 1)
+    assert len(sent.breakpoints) == 4
+    full = cache.wrap_model_call(None, _cache_request(4, 2), lambda r: r)  # type: ignore[arg-type]
+    assert [b.tier for b in full.breakpoints] == ["system"] * 4
