@@ -7,7 +7,7 @@ LAB_ARGS ?=
 # jupyter refuses to run as root (containers, devcontainers) unless told it may.
 ROOT_ARGS := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: lab test lint install install-lab serve bench notebooks clean-data doctor venv traces traces-stop
+.PHONY: lab test lint install install-lab serve bench notebooks clean-data doctor venv traces traces-stop mutation
 
 # A .venv made by a Python older than 3.11 (or a broken one) is rebuilt, with a message saying so.
 $(BIN)/python:
@@ -63,6 +63,10 @@ serve: install-lab
 
 bench: install
 	for f in $(filter-out bench/provider_check.py,$(wildcard bench/*.py)); do echo "== $$f"; $(BIN)/python $$f || exit 1; done  # provider_check.py needs a key
+
+mutation: install  ## mutation testing (issue 11.5); docs/reliability.md "Mutation testing"
+	HANGO_DATA_DIR=$(CURDIR)/.hango $(BIN)/mutmut run --max-children 2
+	$(BIN)/python tests/mutation_report.py --survivors
 
 clean-data:
 	-$(BIN)/hango db stop
