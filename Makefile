@@ -66,7 +66,8 @@ bench: install
 
 mutation: install  ## mutation testing (issue 11.5); docs/reliability.md "Mutation testing"
 	HANGO_DATA_DIR=$(CURDIR)/.hango $(BIN)/mutmut run --max-children 2
-	$(BIN)/python tests/mutation_report.py --survivors
+	$(BIN)/python tests/mutation_report.py --markdown > docs/mutation-survivors.md
+	$(BIN)/python tests/mutation_report.py
 
 clean-data:
 	-$(BIN)/hango db stop
