@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchem
 from hango.db import Database
 from hango.fs.path import PREFIX_MEMORIES, PREFIX_SKILLS, PathError, validate_source
 from hango.fs.path import ROLES as ROLES  # re-exported: the CLI reads it here
-from hango.settings import Settings, get_settings
+from hango.settings import Settings, SettingsError
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 TOOL_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
@@ -104,17 +104,6 @@ class AgentConfig(BaseModel):
         """
         return AgentConfig.model_validate(self.model_dump(), context={"agent_id": agent_id})
 
-    def memory_sources(self, settings: Settings | None = None) -> list[str]:
-        if self.memory is not None:
-            return self.memory
-        return list((settings or get_settings()).memory_default_sources)
-
-    def skills_sources(self, settings: Settings | None = None) -> list[str]:
-        if self.skills is not None:
-            return self.skills
-        return [validate_source(s, PREFIX_SKILLS)
-                for s in (settings or get_settings()).skills_default_sources]
-
 
 def _sources(value: list[str] | None, prefix: str, key: str) -> list[str] | None:
     if value is None:
@@ -126,6 +115,22 @@ def _sources(value: list[str] | None, prefix: str, key: str) -> list[str] | None
         except PathError as exc:
             raise ValueError(f"{key}[{i}] {entry!r}: {exc.rule}") from None
     return out
+
+
+def check_default_sources(settings: Settings) -> Settings:
+    """``settings`` if its tenant-default sources pass every path rule, else :class:`SettingsError`
+    naming the variable. settings.py checks only that they lie under their prefixes (it imports
+    nothing from hango); the CLI checks the rest here before any command runs."""
+    for name, prefix, values in (
+        ("HANGO_MEMORY_DEFAULT_SOURCES", PREFIX_MEMORIES, settings.memory_default_sources),
+        ("HANGO_SKILLS_DEFAULT_SOURCES", PREFIX_SKILLS, settings.skills_default_sources),
+    ):
+        for value in values:
+            try:
+                validate_source(value, prefix)
+            except PathError as exc:
+                raise SettingsError(f"{name}: {exc}") from None
+    return settings
 
 
 @dataclass(frozen=True)
