@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+import psycopg
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
 
 from hango.db import Database
@@ -119,17 +121,12 @@ def _sources(value: list[str] | None, prefix: str, key: str) -> list[str] | None
 
 def check_default_sources(settings: Settings) -> Settings:
     """``settings`` if its tenant-default sources pass every path rule, else :class:`SettingsError`
-    naming the variable. settings.py checks only that they lie under their prefixes (it imports
-    nothing from hango); the CLI checks the rest here before any command runs."""
-    for name, prefix, values in (
-        ("HANGO_MEMORY_DEFAULT_SOURCES", PREFIX_MEMORIES, settings.memory_default_sources),
-        ("HANGO_SKILLS_DEFAULT_SOURCES", PREFIX_SKILLS, settings.skills_default_sources),
-    ):
-        for value in values:
-            try:
-                validate_source(value, prefix)
-            except PathError as exc:
-                raise SettingsError(f"{name}: {exc}") from None
+    naming the variable (settings.py, which imports nothing from hango, checks only the prefix)."""
+    try:
+        _sources(settings.memory_default_sources, PREFIX_MEMORIES, "HANGO_MEMORY_DEFAULT_SOURCES")
+        _sources(settings.skills_default_sources, PREFIX_SKILLS, "HANGO_SKILLS_DEFAULT_SOURCES")
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
     return settings
 
 
@@ -309,6 +306,37 @@ def load_agent(db: Database, tenant_id: str, agent_id: str) -> AgentConfig | Non
             [tenant_id, agent_id],
         ).fetchone()
     return None if row is None else AgentConfig.model_validate(row[0])
+
+
+def agent_exists(db: Database, tenant_id: str, agent_id: str) -> bool:
+    with db.tenant(tenant_id) as conn:
+        row = conn.execute("SELECT 1 FROM agents WHERE tenant_id = %s AND agent_id = %s",
+                           [tenant_id, agent_id]).fetchone()
+    return row is not None
+
+
+def lock_agent(conn: psycopg.Connection[Any], tenant_id: str, agent_id: str) -> None:
+    """Hold the agent's row lock until ``conn``'s transaction ends: a bound counted per agent
+    (pending proposals) is then checked by one run of that agent at a time."""
+    conn.execute("SELECT 1 FROM agents WHERE tenant_id = %s AND agent_id = %s FOR UPDATE",
+                 [tenant_id, agent_id])
+
+
+def create_seats(db: Database, seats: Sequence[tuple[str, str, str]],
+                 config: AgentConfig) -> None:
+    """Each ``(tenant, agent, owner token)``: the tenant, the agent with ``config`` and the token,
+    all in one transaction. Existing tenants and agents are kept as they are."""
+    body = config.model_dump_json(exclude_none=False)
+    with db.admin() as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                        [[tenant] for tenant, _, _ in seats])
+        cur.executemany(
+            "INSERT INTO agents (tenant_id, agent_id, config) VALUES (%s, %s, %s)"
+            " ON CONFLICT DO NOTHING", [[tenant, agent, body] for tenant, agent, _ in seats])
+        cur.executemany(
+            "INSERT INTO api_tokens (token_sha256, tenant_id, role, label)"
+            " VALUES (%s, %s, 'owner', 'workshop')",
+            [[token_digest(token), tenant] for tenant, _, token in seats])
 
 
 def list_agents(db: Database, tenant_id: str) -> list[str]:

@@ -119,7 +119,7 @@ def test_errors_name_the_bad_input(tenant: str, args: tuple[str, ...], message: 
 def test_a_default_source_breaking_a_path_rule_stops_every_command(name: str, value: str) -> None:
     """settings.py checks the prefix only; the CLI applies the rest of the path rules at start."""
     result = hango("db", "status", env={name: value})
-    assert result.returncode == 1 and result.stderr.startswith(f"hango: error: {name}: "), (
+    assert result.returncode == 1 and result.stderr.startswith(f"hango: error: {name}[0] "), (
         result.stderr)
     assert "not allowed" in result.stderr or "invisible" in result.stderr
 

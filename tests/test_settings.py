@@ -152,7 +152,7 @@ def test_the_path_rules_name_the_variable_too(monkeypatch: pytest.MonkeyPatch, n
 
     monkeypatch.setenv(name, value)
     settings = load_settings()
-    with pytest.raises(SettingsError, match=f"{name}: .*{rule}"):
+    with pytest.raises(SettingsError, match=rf"{name}\[0\] .*{rule}"):
         check_default_sources(settings)
     monkeypatch.delenv(name)
     assert check_default_sources(load_settings()) == load_settings()

@@ -29,6 +29,7 @@ from psycopg.types.json import Jsonb
 
 from hango.agent.frontmatter import FrontmatterError, parse
 from hango.agent.hooks import Interrupt, RunContext
+from hango.agents import lock_agent
 from hango.db import Database
 from hango.errors import HangoError
 from hango.fs.backend import EditError, FileNotFound, decode_head
@@ -192,8 +193,7 @@ def propose(ctx: RunContext, call: ToolCall, path: str, *, max_bytes: int,
 
     def persist(conn: Any, run_id: str) -> None:
         # Under the agent's row lock, so parallel runs of one agent cannot pass the bound.
-        conn.execute("SELECT 1 FROM agents WHERE tenant_id = %s AND agent_id = %s FOR UPDATE",
-                     [ctx.tenant_id, ctx.agent_id])
+        lock_agent(conn, ctx.tenant_id, ctx.agent_id)
         (waiting,) = conn.execute(
             "SELECT count(*) FROM proposals WHERE tenant_id = %s AND agent_id = %s "
             "AND status = 'pending'", [ctx.tenant_id, ctx.agent_id]).fetchone()
