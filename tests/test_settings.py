@@ -154,5 +154,9 @@ def test_the_path_rules_name_the_variable_too(monkeypatch: pytest.MonkeyPatch, n
     settings = load_settings()
     with pytest.raises(SettingsError, match=rf"{name}\[0\] .*{rule}"):
         check_default_sources(settings)
+    from hango.api.app import create_app
+
+    with pytest.raises(SettingsError, match=rf"{name}\[0\] .*{rule}"):
+        create_app(settings=settings)  # the app refuses it before serving a run
     monkeypatch.delenv(name)
     assert check_default_sources(load_settings()) == load_settings()
