@@ -7,7 +7,7 @@ LAB_ARGS ?=
 # jupyter refuses to run as root (containers, devcontainers) unless told it may.
 ROOT_ARGS := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: lab test lint install install-lab serve bench notebooks clean-data doctor venv traces traces-stop mutation
+.PHONY: lab test lint install install-lab serve bench notebooks clean-data doctor venv traces traces-stop mutation test-counts
 
 # A .venv made by a Python older than 3.11 (or a broken one) is rebuilt, with a message saying so.
 $(BIN)/python:
@@ -54,6 +54,10 @@ lint: install
 
 test: lint
 	IPYKERNEL_CELL_NAME="<IPY-INPUT>" $(BIN)/pytest -q --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg tests notebooks
+
+test-counts: install  ## how many tests each file holds, and in all (the docs copy no counts)
+	@$(BIN)/pytest --collect-only -q -p no:randomly tests | awk -F'::' '/::/ {print $$1}' \
+	  | sort | uniq -c | awk '{print; n += $$1} END {printf "%7d in all\n", n}'
 
 notebooks: install  ## after changing hango: re-execute the course, commit the outputs
 	$(BIN)/python notebooks/refresh.py

@@ -11,16 +11,18 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+import psycopg
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
 
 from hango.db import Database
 from hango.fs.path import PREFIX_MEMORIES, PREFIX_SKILLS, PathError, validate_source
 from hango.fs.path import ROLES as ROLES  # re-exported: the CLI reads it here
-from hango.settings import Settings, get_settings
+from hango.settings import Settings, SettingsError
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 TOOL_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
@@ -104,17 +106,6 @@ class AgentConfig(BaseModel):
         """
         return AgentConfig.model_validate(self.model_dump(), context={"agent_id": agent_id})
 
-    def memory_sources(self, settings: Settings | None = None) -> list[str]:
-        if self.memory is not None:
-            return self.memory
-        return list((settings or get_settings()).memory_default_sources)
-
-    def skills_sources(self, settings: Settings | None = None) -> list[str]:
-        if self.skills is not None:
-            return self.skills
-        return [validate_source(s, PREFIX_SKILLS)
-                for s in (settings or get_settings()).skills_default_sources]
-
 
 def _sources(value: list[str] | None, prefix: str, key: str) -> list[str] | None:
     if value is None:
@@ -126,6 +117,18 @@ def _sources(value: list[str] | None, prefix: str, key: str) -> list[str] | None
         except PathError as exc:
             raise ValueError(f"{key}[{i}] {entry!r}: {exc.rule}") from None
     return out
+
+
+def check_default_sources(settings: Settings) -> Settings:
+    """``settings`` if its tenant-default sources pass every path rule, else :class:`SettingsError`
+    naming the variable (settings.py, which imports nothing from hango, checks only the prefix).
+    The CLI calls it before any command, ``create_app`` before serving."""
+    try:
+        _sources(settings.memory_default_sources, PREFIX_MEMORIES, "HANGO_MEMORY_DEFAULT_SOURCES")
+        _sources(settings.skills_default_sources, PREFIX_SKILLS, "HANGO_SKILLS_DEFAULT_SOURCES")
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    return settings
 
 
 @dataclass(frozen=True)
@@ -304,6 +307,37 @@ def load_agent(db: Database, tenant_id: str, agent_id: str) -> AgentConfig | Non
             [tenant_id, agent_id],
         ).fetchone()
     return None if row is None else AgentConfig.model_validate(row[0])
+
+
+def agent_exists(db: Database, tenant_id: str, agent_id: str) -> bool:
+    with db.tenant(tenant_id) as conn:
+        row = conn.execute("SELECT 1 FROM agents WHERE tenant_id = %s AND agent_id = %s",
+                           [tenant_id, agent_id]).fetchone()
+    return row is not None
+
+
+def lock_agent(conn: psycopg.Connection[Any], tenant_id: str, agent_id: str) -> None:
+    """Hold the agent's row lock until ``conn``'s transaction ends: a bound counted per agent
+    (pending proposals) is then checked by one run of that agent at a time."""
+    conn.execute("SELECT 1 FROM agents WHERE tenant_id = %s AND agent_id = %s FOR UPDATE",
+                 [tenant_id, agent_id])
+
+
+def create_seats(db: Database, seats: Sequence[tuple[str, str, str]],
+                 config: AgentConfig) -> None:
+    """Each ``(tenant, agent, owner token)``: the tenant, the agent with ``config`` and the token,
+    all in one transaction. Existing tenants and agents are kept as they are."""
+    body = config.model_dump_json(exclude_none=False)
+    with db.admin() as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                        [[tenant] for tenant, _, _ in seats])
+        cur.executemany(
+            "INSERT INTO agents (tenant_id, agent_id, config) VALUES (%s, %s, %s)"
+            " ON CONFLICT DO NOTHING", [[tenant, agent, body] for tenant, agent, _ in seats])
+        cur.executemany(
+            "INSERT INTO api_tokens (token_sha256, tenant_id, role, label)"
+            " VALUES (%s, %s, 'owner', 'workshop')",
+            [[token_digest(token), tenant] for tenant, _, token in seats])
 
 
 def list_agents(db: Database, tenant_id: str) -> list[str]:

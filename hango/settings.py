@@ -3,6 +3,12 @@
 Lists (``HANGO_MEMORY_DEFAULT_SOURCES``, ``HANGO_SKILLS_DEFAULT_SOURCES``) are written
 comma-separated (``/memories/AGENTS.md,/memories/team.md``) or as a JSON list. A bad value is
 refused with an error that names the variable, never silently replaced by a default.
+
+This module owns the shape of each value and imports nothing from hango. A default source must
+lie under its reserved prefix; the other path rules (characters, lengths, ``..`` segments) are
+hango/fs/path.py's: ``hango.agents.check_default_sources`` applies them (the CLI before any
+command, the files API before serving), and a run refuses a source that breaks one when it
+reads it.
 """
 
 from __future__ import annotations
@@ -14,6 +20,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+# The reserved prefixes of hango/fs/path.py, as the shape of the two source lists (a test keeps
+# the spellings equal): memory sources are files under /memories/, skills sources directories
+# under /skills/ (``/skills`` itself included).
+SOURCE_PREFIXES = {"memory_default_sources": "/memories/", "skills_default_sources": "/skills/"}
 
 
 class SettingsError(ValueError):
@@ -84,6 +95,24 @@ class Settings(BaseSettings):
     def _lists(cls, value: object) -> object:
         return _split_list(value)
 
+    @field_validator("memory_default_sources")
+    @classmethod
+    def _memory_files(cls, value: list[str]) -> list[str]:
+        prefix = SOURCE_PREFIXES["memory_default_sources"]
+        for entry in value:
+            if not entry.startswith(prefix) or entry.endswith("/"):
+                raise ValueError(f"{entry!r} is not a file under {prefix}")
+        return value
+
+    @field_validator("skills_default_sources")
+    @classmethod
+    def _skills_directories(cls, value: list[str]) -> list[str]:
+        prefix = SOURCE_PREFIXES["skills_default_sources"]
+        for entry in value:
+            if not (entry + "/").startswith(prefix):
+                raise ValueError(f"{entry!r} is not a directory under {prefix}")
+        return value
+
 
 def load_settings(**overrides: object) -> Settings:
     """Read the environment (plus ``overrides``); raise :class:`SettingsError` naming the variable."""
@@ -97,18 +126,6 @@ def load_settings(**overrides: object) -> Settings:
         raise SettingsError("; ".join(problems)) from None
     except json.JSONDecodeError as exc:
         raise SettingsError(f"a HANGO_* list variable is not valid JSON: {exc}") from None
-    # Imported here: path.py has no settings of its own, and this keeps the import graph flat.
-    from hango.fs.path import PREFIX_MEMORIES, PREFIX_SKILLS, validate_source
-
-    for name, prefix, values in (
-        ("HANGO_MEMORY_DEFAULT_SOURCES", PREFIX_MEMORIES, settings.memory_default_sources),
-        ("HANGO_SKILLS_DEFAULT_SOURCES", PREFIX_SKILLS, settings.skills_default_sources),
-    ):
-        for value in values:
-            try:
-                validate_source(value, prefix)
-            except ValueError as exc:
-                raise SettingsError(f"{name}: {exc}") from None
     return settings
 
 

@@ -13,7 +13,7 @@ import io
 import secrets
 from dataclasses import dataclass
 
-from hango.agents import AgentConfig, _check_id, token_digest
+from hango.agents import AgentConfig, _check_id, create_seats
 from hango.db import Database
 
 MAX_LEARNERS = 1000
@@ -38,18 +38,8 @@ def provision(db: Database, learners: int, prefix: str = "learner", agent: str =
     width = max(2, len(str(learners)))
     tenants = [_check_id("tenant id", f"{prefix}-{i:0{width}d}") for i in range(1, learners + 1)]
     _check_id("agent id", agent)
-    body = (config or AgentConfig()).model_dump_json(exclude_none=False)
     seats = [Seat(t, agent, "hango_" + secrets.token_urlsafe(24)) for t in tenants]
-    with db.admin() as conn, conn.cursor() as cur:
-        cur.executemany("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                        [[t] for t in tenants])
-        cur.executemany(
-            "INSERT INTO agents (tenant_id, agent_id, config) VALUES (%s, %s, %s)"
-            " ON CONFLICT DO NOTHING", [[s.tenant, s.agent, body] for s in seats])
-        cur.executemany(
-            "INSERT INTO api_tokens (token_sha256, tenant_id, role, label)"
-            " VALUES (%s, %s, 'owner', 'workshop')",
-            [[token_digest(s.token), s.tenant] for s in seats])
+    create_seats(db, [(s.tenant, s.agent, s.token) for s in seats], config or AgentConfig())
     return seats
 
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: one real PostgreSQL (embedded by default) and a fresh tenant per test.
+"""Shared fixtures: one real PostgreSQL (embedded by default), a fresh tenant per test, the
+files API served on loopback once per session, and agent ``a1`` on the simulated model.
 
 Tests use their own database, ``hango_test``, on the same server a learner's notebooks use, so
 they never touch the course's data. Set ``HANGO_DATABASE_URL`` to run them against any server.
@@ -17,9 +18,12 @@ import pytest
 
 os.environ.setdefault("HANGO_DATABASE_NAME", "hango_test")
 
+from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, create_tenant, save_agent
+from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
 from hango.fs.backend import PostgresBackend
+from hango.models.simulated import SimulatedModel
 from hango.settings import get_settings
 
 
@@ -38,6 +42,24 @@ def db() -> Iterator[Database]:
 def tenant(db: Database) -> str:
     """A new tenant id for this test."""
     return create_tenant(db, "t-" + uuid.uuid4().hex[:12])
+
+
+@pytest.fixture(scope="session")
+def api_url(db: Database) -> Iterator[str]:
+    """The files API over :func:`db`, served once for the session: real HTTP on loopback
+    (uvicorn in a thread). It belongs to no tenant: each test makes its own tenant and tokens.
+    A test that needs other settings, another database or a scripted model serves its own app
+    and says why."""
+    url, stop = serve_in_thread(create_app(db))
+    yield url
+    stop()
+
+
+@pytest.fixture
+def sim_agent(db: Database, tenant: str) -> Agent:
+    """Agent ``a1`` of this test's tenant on the offline simulated model. Its config is read at
+    every run, so the test saves it (``save_agent``, or :func:`backend`) before or after."""
+    return Agent(db, tenant, "a1", SimulatedModel())
 
 
 @pytest.fixture

@@ -25,13 +25,6 @@ from hango.settings import load_settings
 MEMORY, SKILL, NOTE = "/memories/AGENTS.md", "/skills/x/SKILL.md", "/notes/x.md"
 
 
-@pytest.fixture(scope="module")
-def base_url(db: Database) -> Iterator[str]:
-    url, stop = serve_in_thread(create_app(db))
-    yield url
-    stop()
-
-
 @dataclass
 class Tenant:
     id: str
@@ -57,9 +50,9 @@ def b(db: Database) -> Tenant:
     return _tenant(db, "a1")
 
 
-def http(base_url: str, token: str | None) -> httpx.Client:
+def http(api_url: str, token: str | None) -> httpx.Client:
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    return httpx.Client(base_url=base_url, headers=headers, timeout=30)
+    return httpx.Client(base_url=api_url, headers=headers, timeout=30)
 
 
 def content(db: Database, tenant: str, path: str, agent: str = "a1") -> str | None:
@@ -69,9 +62,9 @@ def content(db: Database, tenant: str, path: str, agent: str = "a1") -> str | No
         return None
 
 
-def raw_request(base_url: str, request: bytes) -> tuple[int, bytes]:
+def raw_request(api_url: str, request: bytes) -> tuple[int, bytes]:
     """Send bytes as they are: no client library gets a chance to normalise the URL."""
-    parts = urlsplit(base_url)
+    parts = urlsplit(api_url)
     with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
         sock.sendall(request)
         data = b""
@@ -84,8 +77,8 @@ def raw_request(base_url: str, request: bytes) -> tuple[int, bytes]:
 # --- the basic story ---------------------------------------------------------------------------
 
 
-def test_owner_writes_memory_and_reads_it_back(base_url: str, db: Database, a: Tenant) -> None:
-    with http(base_url, a.owner) as c:
+def test_owner_writes_memory_and_reads_it_back(api_url: str, db: Database, a: Tenant) -> None:
+    with http(api_url, a.owner) as c:
         put = c.put(f"/v1/agents/a1/files{MEMORY}", content="Answer in French.\n",
                     headers={"Content-Type": "text/plain; charset=utf-8"})
         assert put.status_code == 201
@@ -101,11 +94,11 @@ def test_owner_writes_memory_and_reads_it_back(base_url: str, db: Database, a: T
 
 @pytest.mark.parametrize("path", [MEMORY, SKILL])
 def test_member_may_not_write_reserved_prefixes(
-    base_url: str, db: Database, a: Tenant, path: str
+    api_url: str, db: Database, a: Tenant, path: str
 ) -> None:
     PostgresBackend(db, a.id, "a1").write(path, "seed")
     prefix = "/" + path.split("/")[1] + "/"
-    with http(base_url, a.member) as c:
+    with http(api_url, a.member) as c:
         for response in (
             c.put(f"/v1/agents/a1/files{path}", content="overwritten"),
             c.patch(f"/v1/agents/a1/files{path}", json={"old": "seed", "new": "edited"}),
@@ -118,8 +111,8 @@ def test_member_may_not_write_reserved_prefixes(
     assert content(db, a.id, path) == "seed"
 
 
-def test_member_writes_elsewhere(base_url: str, db: Database, a: Tenant) -> None:
-    with http(base_url, a.member) as c:
+def test_member_writes_elsewhere(api_url: str, db: Database, a: Tenant) -> None:
+    with http(api_url, a.member) as c:
         assert c.put("/v1/agents/a1/files/notes/x", content="mine").status_code == 201
         assert c.patch("/v1/agents/a1/files/notes/x",
                        json={"old": "mine", "new": "ours"}).status_code == 200
@@ -127,11 +120,11 @@ def test_member_writes_elsewhere(base_url: str, db: Database, a: Tenant) -> None
 
 
 def test_another_tenant_gets_404_never_403(
-    base_url: str, db: Database, a: Tenant, b: Tenant
+    api_url: str, db: Database, a: Tenant, b: Tenant
 ) -> None:
     PostgresBackend(db, a.id, "a1").write(MEMORY, "A's memory")
     PostgresBackend(db, b.id, "a1").write(MEMORY, "B's memory")
-    with http(base_url, b.owner) as c:
+    with http(api_url, b.owner) as c:
         # the same agent id exists in both tenants: B sees its own, never A's
         assert c.get(f"/v1/agents/a1/files{MEMORY}").text == "B's memory"
         # an agent only A has is, for B, an agent that does not exist
@@ -144,7 +137,7 @@ def test_another_tenant_gets_404_never_403(
             assert response.status_code == 404, response.text
             assert response.json()["detail"] == "no agent 'only-a' in this tenant"
         assert c.get("/v1/agents").json() == {"agents": ["a1"]}
-    with http(base_url, b.member) as c:  # a member of B: still 404 on A's agent, not 403
+    with http(api_url, b.member) as c:  # a member of B: still 404 on A's agent, not 403
         assert c.put(f"/v1/agents/only-a/files{MEMORY}", content="x").status_code == 404
     assert content(db, a.id, MEMORY) == "A's memory"
 
@@ -156,9 +149,9 @@ def test_another_tenant_gets_404_never_403(
      ("Basic YWxpY2U6c2VjcmV0", "not 'Bearer <token>'"),
      ("Bearer", "not 'Bearer <token>'")],
 )
-def test_no_or_bad_token_is_401(base_url: str, authorization: str | None, detail: str) -> None:
+def test_no_or_bad_token_is_401(api_url: str, authorization: str | None, detail: str) -> None:
     headers = {} if authorization is None else {"Authorization": authorization}
-    response = httpx.get(f"{base_url}/v1/agents/a1/files{MEMORY}", headers=headers)
+    response = httpx.get(f"{api_url}/v1/agents/a1/files{MEMORY}", headers=headers)
     assert response.status_code == 401
     assert detail in response.json()["detail"]
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
@@ -192,11 +185,11 @@ def test_no_or_bad_token_is_401(base_url: str, authorization: str | None, detail
     ],
 )
 def test_invalid_paths_are_422_naming_the_rule(
-    base_url: str, db: Database, a: Tenant, url_path: str, rule: str
+    api_url: str, db: Database, a: Tenant, url_path: str, rule: str
 ) -> None:
     PostgresBackend(db, a.id, "a1").write(MEMORY, "seed")
-    url = f"{base_url}/v1/agents/a1/files/{url_path}"
-    with http(base_url, a.owner) as c:
+    url = f"{api_url}/v1/agents/a1/files/{url_path}"
+    with http(api_url, a.owner) as c:
         for method in ("GET", "PUT", "DELETE"):
             response = c.request(method, url, content="x" if method == "PUT" else None)
             assert response.status_code == 422, (method, response.text)
@@ -206,14 +199,14 @@ def test_invalid_paths_are_422_naming_the_rule(
 
 
 def test_literal_dot_segments_are_refused_not_resolved(
-    base_url: str, db: Database, a: Tenant
+    api_url: str, db: Database, a: Tenant
 ) -> None:
     """httpx (like a browser) resolves ``..`` before sending; a raw client does not. The server
     must refuse the literal segment: resolving it is how a member's write reaches /memories/."""
     PostgresBackend(db, a.id, "a1").write(MEMORY, "seed")
     for target in (b"/v1/agents/a1/files/notes/../memories/AGENTS.md",
                    b"/v1/agents/a1/files/notes/./../memories/AGENTS.md"):
-        status, body = raw_request(base_url, b"PUT " + target + b" HTTP/1.1\r\nHost: x\r\n"
+        status, body = raw_request(api_url, b"PUT " + target + b" HTTP/1.1\r\nHost: x\r\n"
                                    b"Authorization: Bearer " + a.member.encode() + b"\r\n"
                                    b"Content-Length: 5\r\nConnection: close\r\n\r\nowned")
         assert status == 422 and b"segment is not allowed" in body, body
@@ -223,9 +216,9 @@ def test_literal_dot_segments_are_refused_not_resolved(
 # --- versions ----------------------------------------------------------------------------------
 
 
-def test_if_match(base_url: str, db: Database, a: Tenant) -> None:
+def test_if_match(api_url: str, db: Database, a: Tenant) -> None:
     url = "/v1/agents/a1/files/notes/v.md"
-    with http(base_url, a.owner) as c:
+    with http(api_url, a.owner) as c:
         assert c.put(url, content="one", headers={"If-None-Match": "*"}).status_code == 201
         stale = c.put(url, content="stale", headers={"If-None-Match": "*"})
         assert stale.status_code == 412 and "already exists" in stale.json()["detail"]
@@ -295,15 +288,15 @@ def test_body_limit_to_the_byte(small_url: str, db: Database, a: Tenant) -> None
     assert load_agent(db, a.id, "a1") == AgentConfig()
 
 
-def test_oversized_body_at_the_default_limit(base_url: str, db: Database, a: Tenant) -> None:
-    with http(base_url, a.owner) as c:
+def test_oversized_body_at_the_default_limit(api_url: str, db: Database, a: Tenant) -> None:
+    with http(api_url, a.owner) as c:
         response = c.put("/v1/agents/a1/files/notes/big", content=b"x" * (8 * 1024 * 1024))
         assert response.status_code == 413
     assert content(db, a.id, "/notes/big") is None
 
 
-def test_non_utf8_bodies_are_422(base_url: str, db: Database, a: Tenant) -> None:
-    with http(base_url, a.owner) as c:
+def test_non_utf8_bodies_are_422(api_url: str, db: Database, a: Tenant) -> None:
+    with http(api_url, a.owner) as c:
         text = c.put("/v1/agents/a1/files/notes/bin", content=b"ok \xff\xfe")
         assert text.status_code == 422 and "not UTF-8" in text.json()["detail"]
         assert "byte 3" in text.json()["detail"]
@@ -313,8 +306,8 @@ def test_non_utf8_bodies_are_422(base_url: str, db: Database, a: Tenant) -> None
     assert content(db, a.id, "/notes/bin") is None
 
 
-def test_empty_body_writes_an_empty_file(base_url: str, db: Database, a: Tenant) -> None:
-    with http(base_url, a.owner) as c:
+def test_empty_body_writes_an_empty_file(api_url: str, db: Database, a: Tenant) -> None:
+    with http(api_url, a.owner) as c:
         assert c.put("/v1/agents/a1/files/notes/empty").status_code == 201
         assert c.get("/v1/agents/a1/files/notes/empty").text == ""
 
@@ -322,10 +315,10 @@ def test_empty_body_writes_an_empty_file(base_url: str, db: Database, a: Tenant)
 # --- edits and listings ------------------------------------------------------------------------
 
 
-def test_edit_errors(base_url: str, db: Database, a: Tenant) -> None:
+def test_edit_errors(api_url: str, db: Database, a: Tenant) -> None:
     PostgresBackend(db, a.id, "a1").write("/notes/e.md", "alpha beta alpha")
     url = "/v1/agents/a1/files/notes/e.md"
-    with http(base_url, a.owner) as c:
+    with http(api_url, a.owner) as c:
         missing = c.patch(url, json={"old": "gamma", "new": "x"})
         assert missing.status_code == 409 and "not found" in missing.json()["detail"]
         twice = c.patch(url, json={"old": "alpha", "new": "x"})
@@ -342,11 +335,11 @@ def test_edit_errors(base_url: str, db: Database, a: Tenant) -> None:
     assert content(db, a.id, "/notes/e.md") == "A beta A"
 
 
-def test_ls_and_glob(base_url: str, db: Database, a: Tenant) -> None:
+def test_ls_and_glob(api_url: str, db: Database, a: Tenant) -> None:
     backend = PostgresBackend(db, a.id, "a1")
     for path in ("/skills/one/SKILL.md", "/skills/two/deep/SKILL.md", "/notes/x"):
         backend.write(path, "x")
-    with http(base_url, a.member) as c:
+    with http(api_url, a.member) as c:
         root = c.get("/v1/agents/a1/files").json()["entries"]
         assert [(e["path"], e["is_dir"]) for e in root] == [("/notes/", True), ("/skills/", True)]
         notes = c.get("/v1/agents/a1/files", params={"dir": "/notes"}).json()["entries"]
@@ -367,10 +360,10 @@ def test_ls_and_glob(base_url: str, db: Database, a: Tenant) -> None:
 # --- agent config ------------------------------------------------------------------------------
 
 
-def test_agent_config(base_url: str, db: Database, a: Tenant) -> None:
+def test_agent_config(api_url: str, db: Database, a: Tenant) -> None:
     config = {"tools": ["read_file", "ls"], "memory": ["/memories/AGENTS.md"],
               "skills": ["/skills/team"]}
-    with http(base_url, a.admin) as c:
+    with http(api_url, a.admin) as c:
         created = c.put("/v1/agents/new-agent", json=config)
         assert created.status_code == 201
         assert created.json()["skills"] == ["/skills/team/"]
@@ -392,7 +385,7 @@ def test_agent_config(base_url: str, db: Database, a: Tenant) -> None:
         bad_id = c.get("/v1/agents/Bad_ID")
         assert bad_id.status_code == 422 and "agent_id (URL)" in bad_id.json()["detail"]
         assert c.get("/v1/agents/nobody").status_code == 404
-    with http(base_url, a.member) as c:
+    with http(api_url, a.member) as c:
         refused = c.put("/v1/agents/new-agent", json={})
         assert refused.status_code == 403 and "owner or admin" in refused.json()["detail"]
         assert c.get("/v1/agents/new-agent").status_code == 200
@@ -403,8 +396,8 @@ def test_agent_config(base_url: str, db: Database, a: Tenant) -> None:
 # --- the document, methods, the database -------------------------------------------------------
 
 
-def test_openapi_document(base_url: str) -> None:
-    doc = httpx.get(f"{base_url}/openapi.json").json()
+def test_openapi_document(api_url: str) -> None:
+    doc = httpx.get(f"{api_url}/openapi.json").json()
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     operations = [(p, m, op) for p, ops in doc["paths"].items() for m, op in ops.items()]
     assert len(operations) == 8 + 3 + 7  # files API; /v1/tokens; runs and proposals (test_proposals)
@@ -420,8 +413,8 @@ def test_openapi_document(base_url: str) -> None:
     assert set(file_ops["put"]["responses"]) >= {"200", "201", "403", "404", "412", "413"}
 
 
-def test_405_allows_every_method_of_the_path(base_url: str, a: Tenant) -> None:
-    with http(base_url, a.owner) as c:
+def test_405_allows_every_method_of_the_path(api_url: str, a: Tenant) -> None:
+    with http(api_url, a.owner) as c:
         response = c.request("POST", f"/v1/agents/a1/files{NOTE}")
         assert response.status_code == 405
         assert response.headers["Allow"] == "DELETE, GET, PATCH, PUT"
@@ -443,8 +436,8 @@ def test_database_unavailable_is_503(db: Database, a: Tenant) -> None:
 # --- the client --------------------------------------------------------------------------------
 
 
-def test_client_round_trip(base_url: str, db: Database, a: Tenant) -> None:
-    with FilesClient(base_url, a.owner, "a1") as files:
+def test_client_round_trip(api_url: str, db: Database, a: Tenant) -> None:
+    with FilesClient(api_url, a.owner, "a1") as files:
         assert files.write(MEMORY, "Be brief.") == 1
         assert files.read(MEMORY) == "Be brief."
         assert files.read_versioned(MEMORY) == ("Be brief.", 1)
@@ -466,7 +459,7 @@ def test_client_round_trip(base_url: str, db: Database, a: Tenant) -> None:
         config = files.put_agent(AgentConfig(memory=["/memories/AGENTS.md"]))
         assert files.get_agent() == config
         assert files.list_agents() == ["a1", "only-a"]
-    with FilesClient(base_url, a.member, "a1") as files:
+    with FilesClient(api_url, a.member, "a1") as files:
         with pytest.raises(ApiError) as refused:
             files.write(MEMORY, "x")
         assert refused.value.status == 403 and "only an owner or admin" in str(refused.value)
@@ -513,7 +506,7 @@ CASES += [(p, op, None) for p in PRINCIPALS for op in OTHER_OPS]
 
 @pytest.mark.parametrize(("principal", "op", "path"), CASES)
 def test_auth_matrix(
-    base_url: str, db: Database, world: tuple[Tenant, Tenant],
+    api_url: str, db: Database, world: tuple[Tenant, Tenant],
     principal: str, op: str, path: str | None,
 ) -> None:
     a, b = world
@@ -535,7 +528,7 @@ def test_auth_matrix(
         "list-agents": ("GET", "/v1/agents", {}),
     }
     method, url, kwargs = requests[op]
-    with http(base_url, _token(principal, a, b)) as c:
+    with http(api_url, _token(principal, a, b)) as c:
         response = c.request(method, url, **kwargs)
     expected = _expected(principal, op, path)
     assert response.status_code == expected, response.text

@@ -1,6 +1,6 @@
 """Schemathesis against the served OpenAPI document, over real HTTP, as an owner and a member.
 
-The app runs under uvicorn on loopback (``serve_in_thread``); schemathesis loads
+The app is the session's server (``api_url``: uvicorn on loopback); schemathesis loads
 ``/openapi.json`` from it and generates requests for every operation, valid ones (positive) and
 invalid ones (negative), sent as an owner and as a member of a tenant whose agent ``a1`` has
 files under ``/memories/``, ``/skills/`` and ``/notes/``. Every response goes through
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +33,6 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode, checks
 
 from hango.agents import AgentConfig, create_tenant, create_token, save_agent
-from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
 from hango.fs.backend import PostgresBackend
 
@@ -64,17 +62,13 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def api(db: Database) -> Iterator[Api]:
+def api(db: Database, api_url: str) -> Api:
     tenant = create_tenant(db, "st-" + uuid.uuid4().hex[:12])
     save_agent(db, tenant, "a1", AgentConfig())
     files = PostgresBackend(db, tenant, "a1")
     for path in ("/memories/AGENTS.md", "/skills/x/SKILL.md", "/notes/a.md", "/notes/b/c.md"):
         files.write(path, "seed text\n")
-    url, stop = serve_in_thread(create_app(db))
-    try:
-        yield Api(url, {role: create_token(db, tenant, role) for role in ("owner", "member")})
-    finally:
-        stop()
+    return Api(api_url, {role: create_token(db, tenant, role) for role in ("owner", "member")})
 
 
 @pytest.fixture(scope="module")

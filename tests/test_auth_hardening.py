@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import socket
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,7 +37,6 @@ from hango.agents import (
     save_agent,
     token_digest,
 )
-from hango.api.app import create_app, serve_in_thread
 from hango.db import APP_ROLE, Database
 
 FORGED = hashlib.sha256(b"forged").digest()
@@ -130,13 +128,6 @@ def test_the_token_functions_need_a_live_owner_token(db: Database, tenant: str) 
 # --- the API: 10.5 and 10.7 -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def base_url(db: Database) -> Iterator[str]:
-    url, stop = serve_in_thread(create_app(db))
-    yield url
-    stop()
-
-
 @pytest.fixture
 def agent(db: Database, tenant: str) -> str:
     save_agent(db, tenant, "a1", AgentConfig())
@@ -154,18 +145,18 @@ NO_TOKEN: list[dict[str, str]] = [{}, {"Authorization": "Bearer hango_not-a-toke
     ("POST", "/v1/tokens"),
     ("PUT", "/v1/agents/a1/files/notes/x.md"),
 ])
-def test_malformed_body_without_a_valid_token_is_401(base_url: str, agent: str, method: str,
+def test_malformed_body_without_a_valid_token_is_401(api_url: str, agent: str, method: str,
                                                      path: str, headers: dict[str, str]) -> None:
-    response = httpx.request(method, base_url + path, content=b'{"old": nope',
+    response = httpx.request(method, api_url + path, content=b'{"old": nope',
                              headers={**headers, "Content-Type": "application/json"})
     assert response.status_code == 401, response.text
     assert "WWW-Authenticate" in response.headers
 
 
-def test_401_comes_before_the_body_is_read(base_url: str, agent: str) -> None:
+def test_401_comes_before_the_body_is_read(api_url: str, agent: str) -> None:
     """A request that announces 1 MB and sends 10 bytes is answered 401 at once: the server does
     not wait for a body it will never read (before, it waited for all of it, then said 422)."""
-    where = urlsplit(base_url)
+    where = urlsplit(api_url)
     with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
         sock.sendall(b"PATCH /v1/agents/a1/files/notes/x.md HTTP/1.1\r\nHost: x\r\n"
                      b"Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
@@ -174,10 +165,10 @@ def test_401_comes_before_the_body_is_read(base_url: str, agent: str) -> None:
     assert reply.startswith(b"HTTP/1.1 401 "), reply[:200]
 
 
-def test_a_valid_token_still_gets_the_body_checked(db: Database, base_url: str,
+def test_a_valid_token_still_gets_the_body_checked(db: Database, api_url: str,
                                                    agent: str) -> None:
     token = create_token(db, agent, "owner")
-    response = httpx.patch(f"{base_url}/v1/agents/a1/files/notes/x.md", content=b'{"old": nope',
+    response = httpx.patch(f"{api_url}/v1/agents/a1/files/notes/x.md", content=b'{"old": nope',
                            headers={"Authorization": f"Bearer {token}",
                                     "Content-Type": "application/json"})
     assert response.status_code == 422 and "JSON" in response.text
@@ -187,9 +178,9 @@ def _auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def test_a_revoked_or_expired_token_is_401_at_once(db: Database, base_url: str,
+def test_a_revoked_or_expired_token_is_401_at_once(db: Database, api_url: str,
                                                    agent: str) -> None:
-    files = f"{base_url}/v1/agents/a1/files"
+    files = f"{api_url}/v1/agents/a1/files"
     revoked, revoked_id = mint_token(db, agent, "member")
     expiring, expiring_id = mint_token(db, agent, "member",
                                        expires_at=datetime.now(UTC) + timedelta(hours=1))
@@ -222,7 +213,7 @@ def test_past_expiry_is_refused(db: Database, tenant: str) -> None:
         create_token(db, tenant, "owner", expires_at=datetime.now(UTC) - timedelta(seconds=1))
 
 
-def test_last_use_is_recorded_at_most_once_a_minute(db: Database, base_url: str,
+def test_last_use_is_recorded_at_most_once_a_minute(db: Database, api_url: str,
                                                     agent: str) -> None:
     token, token_id = mint_token(db, agent, "member")
     (info,) = [t for t in list_tokens(db, agent) if t.token_id == token_id]
@@ -235,7 +226,7 @@ def test_last_use_is_recorded_at_most_once_a_minute(db: Database, base_url: str,
         assert row is not None
         return tuple(row)
 
-    with httpx.Client(base_url=base_url, headers=_auth(token)) as client:
+    with httpx.Client(base_url=api_url, headers=_auth(token)) as client:
         assert client.get("/v1/agents").status_code == 200
         first = row_version()
         assert first[1] is not None
@@ -249,12 +240,12 @@ def test_last_use_is_recorded_at_most_once_a_minute(db: Database, base_url: str,
     assert row_version()[1] > first[1] - timedelta(seconds=61)
 
 
-def test_owners_manage_their_tokens_over_the_api(db: Database, base_url: str,
+def test_owners_manage_their_tokens_over_the_api(db: Database, api_url: str,
                                                  agent: str) -> None:
     owner = create_token(db, agent, "owner", "the owner")
     other = create_tenant(db, "t-" + uuid.uuid4().hex[:12])
     _, foreign_id = mint_token(db, other, "owner")
-    with httpx.Client(base_url=base_url, headers=_auth(owner)) as client:
+    with httpx.Client(base_url=api_url, headers=_auth(owner)) as client:
         expires = (datetime.now(UTC) + timedelta(days=7)).isoformat()
         made = client.post("/v1/tokens", json={"role": "member", "label": "ci",
                                                "expires_at": expires})
@@ -272,7 +263,7 @@ def test_owners_manage_their_tokens_over_the_api(db: Database, base_url: str,
         assert [t.token_id for t in list_tokens(db, other)] == [foreign_id]
         assert client.delete(f"/v1/tokens/{new['id']}").status_code == 204
         assert client.delete(f"/v1/tokens/{new['id']}").status_code == 404
-        assert httpx.get(f"{base_url}/v1/agents",
+        assert httpx.get(f"{api_url}/v1/agents",
                          headers=_auth(new["token"])).status_code == 401
         past = client.post("/v1/tokens", json={"role": "member",
                                                "expires_at": "2001-01-01T00:00:00Z"})
@@ -281,7 +272,7 @@ def test_owners_manage_their_tokens_over_the_api(db: Database, base_url: str,
         assert bad.status_code == 422
     for role in ("admin", "member"):
         token = create_token(db, agent, role)
-        with httpx.Client(base_url=base_url, headers=_auth(token)) as client:
+        with httpx.Client(base_url=api_url, headers=_auth(token)) as client:
             for response in (client.get("/v1/tokens"),
                              client.post("/v1/tokens", json={"role": "owner"}),
                              client.delete(f"/v1/tokens/{new['id']}")):

@@ -112,6 +112,18 @@ def test_errors_name_the_bad_input(tenant: str, args: tuple[str, ...], message: 
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("HANGO_MEMORY_DEFAULT_SOURCES", "/memories/../notes/x.md"),
+    ("HANGO_SKILLS_DEFAULT_SOURCES", "/skills/team\u200b/"),
+])
+def test_a_default_source_breaking_a_path_rule_stops_every_command(name: str, value: str) -> None:
+    """settings.py checks the prefix only; the CLI applies the rest of the path rules at start."""
+    result = hango("db", "status", env={name: value})
+    assert result.returncode == 1 and result.stderr.startswith(f"hango: error: {name}[0] "), (
+        result.stderr)
+    assert "not allowed" in result.stderr or "invisible" in result.stderr
+
+
 def test_usage_errors_exit_2() -> None:
     result = hango("token", "create", "t", "--role", "root")
     assert result.returncode == 2 and "invalid choice: 'root'" in result.stderr

@@ -1,6 +1,6 @@
 """Several processes edit ``/memories/AGENTS.md`` through the files API at the same moment.
 
-The server is uvicorn on loopback (``serve_in_thread``) over the real database; each writer is a
+The server is the session's (``api_url``: uvicorn on loopback) over the real database; each writer is a
 separate Python *process* (``subprocess``) with its own HTTP connection, all released at once by
 a start time. What the API promises, and what these tests hold it to:
 
@@ -27,13 +27,11 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
 from hango.agents import AgentConfig, create_tenant, create_token, save_agent
-from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
 from hango.fs.backend import PostgresBackend
 
@@ -87,13 +85,9 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def setup(db: Database) -> Iterator[Setup]:
+def setup(db: Database, api_url: str) -> Setup:
     tenant = create_tenant(db, "cc-" + uuid.uuid4().hex[:12])
-    url, stop = serve_in_thread(create_app(db))
-    try:
-        yield Setup(db, tenant, create_token(db, tenant, "owner"), url)
-    finally:
-        stop()
+    return Setup(db, tenant, create_token(db, tenant, "owner"), api_url)
 
 
 @dataclass

@@ -305,6 +305,7 @@ def test_the_pool_recovers_promptly_after_a_longer_outage(
 @pytest.fixture
 def api(server: Server, world: tuple[Database, str]) -> Iterator[tuple[httpx.Client, str]]:
     db, tenant = world
+    # A server of its own, over this module's own PostgreSQL, which the tests stop and start.
     url, stop = serve_in_thread(create_app(db))
     token = create_token(db, tenant, "owner")
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},

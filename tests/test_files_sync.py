@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hango.agents import AgentConfig, create_token, save_agent
-from hango.api.app import create_app, serve_in_thread
 from hango.api.client import FilesClient
 from hango.api.sync import pull, push
 from hango.cli import main
@@ -18,11 +16,9 @@ SKILL = "---\nname: {0}\ndescription: The {0} skill.\n---\n# {0}\n"
 
 
 @pytest.fixture
-def served(db: Database, tenant: str) -> Iterator[tuple[str, str, str]]:
+def served(db: Database, tenant: str, api_url: str) -> tuple[str, str, str]:
     save_agent(db, tenant, "a1", AgentConfig())
-    url, stop = serve_in_thread(create_app(db))
-    yield url, create_token(db, tenant, "owner"), create_token(db, tenant, "member")
-    stop()
+    return api_url, create_token(db, tenant, "owner"), create_token(db, tenant, "member")
 
 
 def _folder(root: Path) -> Path:

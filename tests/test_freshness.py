@@ -28,7 +28,6 @@ from hango.agent.memory import MemoryMiddleware
 from hango.agent.skills import SkillsMiddleware
 from hango.agent.tools import FILESYSTEM_TOOLS
 from hango.agents import AgentConfig, create_tenant, create_token, load_agent, save_agent
-from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
 from hango.fs.backend import SKILL_HEAD, FileNotFound, PostgresBackend
 from hango.telemetry import Telemetry
@@ -145,21 +144,17 @@ class Doors:
 
 
 @pytest.fixture(scope="module")
-def doors() -> Iterator[Doors]:
-    db = Database()
+def doors(db: Database, api_url: str) -> Iterator[Doors]:
     tenant = create_tenant(db, "fresh-" + uuid.uuid4().hex[:10])
     save_agent(db, tenant, "a1", AgentConfig())
-    base_url, stop = serve_in_thread(create_app(db))
     token = create_token(db, tenant, "owner")
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, db.app_conninfo, "plain" if db.embedded else "set-role"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}) as http:
+    with httpx.Client(base_url=api_url, headers={"Authorization": f"Bearer {token}"}) as http:
         yield Doors(db, tenant, http, child)
     child.stdin.close()  # type: ignore[union-attr]
     child.wait(timeout=10)
-    stop()
-    db.close()
 
 
 def skill(name: str, description: str) -> str:

@@ -49,7 +49,6 @@ from hypothesis import strategies as st
 
 from hango.agent.runtime import Agent
 from hango.agents import ID_PATTERN, AgentConfig, create_tenant, create_token, save_agent
-from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
 from hango.fs.backend import PathConflict, PostgresBackend
 from hango.fs.path import (
@@ -258,7 +257,7 @@ SEEDS = ["/memories/AGENTS.md", "/skills/s/SKILL.md", "/notes/seed.md"]
 
 
 @pytest.fixture(scope="module")
-def world(db: Database) -> Iterator[World]:
+def world(db: Database, api_url: str) -> Iterator[World]:
     tenant = create_tenant(db, "fz-" + uuid.uuid4().hex[:12])
     other = create_tenant(db, "fz-" + uuid.uuid4().hex[:12])
     for t, agents in ((tenant, ("a1", "a2")), (other, ("a1",))):
@@ -266,14 +265,12 @@ def world(db: Database) -> Iterator[World]:
             save_agent(db, t, agent, AgentConfig())
             for path in SEEDS:
                 PostgresBackend(db, t, agent).write(path, "seed")
-    url, stop = serve_in_thread(create_app(db))
     admin = psycopg.connect(db.admin_conninfo, autocommit=True)
     try:
         yield World(db, tenant, other, create_token(db, tenant, "owner"),
-                    create_token(db, tenant, "member"), url, admin)
+                    create_token(db, tenant, "member"), api_url, admin)
     finally:
         admin.close()
-        stop()
 
 
 def _diff(before: dict[Any, Any], after: dict[Any, Any]) -> set[Any]:

@@ -35,7 +35,7 @@ from hango.fs.backend import (
     QuotaExceeded,
 )
 from hango.models.simulated import SimulatedModel, tool_call
-from hango.settings import Settings, load_settings
+from hango.settings import load_settings
 from hango.telemetry import Telemetry
 
 MIB = 1024 * 1024
@@ -49,29 +49,30 @@ class Api:
     owner: str
 
 
-def _api(db: Database, settings: Settings) -> Iterator[Api]:
+def _api(db: Database, url: str) -> Api:
     tenant = create_tenant(db, "hard-" + uuid.uuid4().hex[:12])
     save_agent(db, tenant, "a1", AgentConfig())
-    url, stop = serve_in_thread(create_app(db, settings))
-    try:
-        yield Api(url, tenant, create_token(db, tenant, "owner"))
-    finally:
-        stop()
+    return Api(url, tenant, create_token(db, tenant, "owner"))
 
 
 @pytest.fixture
-def api(db: Database) -> Iterator[Api]:
-    """The default settings (HANGO_MAX_FILE_BYTES 16 MiB, body 1 MiB)."""
-    yield from _api(db, load_settings())
+def api(db: Database, api_url: str) -> Api:
+    """The default settings (HANGO_MAX_FILE_BYTES 16 MiB, body 1 MiB): the session's server."""
+    return _api(db, api_url)
 
 
 @pytest.fixture
 def small(db: Database) -> Iterator[Api]:
     """A 1 KiB file cap under a 64 KiB body limit, pages of 3 (at most 5), quotas of 6 files
-    and 4 KiB, and a glob that examines at most 10 paths a page."""
-    yield from _api(db, load_settings(max_file_bytes=CAP, max_body_bytes=64 * 1024,
-                                      list_page_default=3, list_page_max=5, glob_scan_max=10,
-                                      tenant_max_files=6, tenant_max_bytes=4096))
+    and 4 KiB, and a glob that examines at most 10 paths a page: a server of its own, as these
+    settings are the app's."""
+    url, stop = serve_in_thread(create_app(db, load_settings(
+        max_file_bytes=CAP, max_body_bytes=64 * 1024, list_page_default=3, list_page_max=5,
+        glob_scan_max=10, tenant_max_files=6, tenant_max_bytes=4096)))
+    try:
+        yield _api(db, url)
+    finally:
+        stop()
 
 
 def http(api: Api) -> httpx.Client:

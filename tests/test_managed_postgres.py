@@ -104,7 +104,7 @@ def test_files_rls_api_and_a_run_through_the_url(db: Database) -> None:
     for tenant in (a, b):
         save_agent(db, tenant, "a1", AgentConfig())
     PostgresBackend(db, b, "a1").write("/notes/secret.md", "b's")
-    url, stop = serve_in_thread(create_app(db))
+    url, stop = serve_in_thread(create_app(db))  # its own: over the managed database
     try:
         headers = {"Authorization": f"Bearer {create_token(db, a, 'owner')}"}
         with httpx.Client(base_url=url, headers=headers) as client:

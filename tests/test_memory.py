@@ -31,10 +31,11 @@ def memory_indexes(request) -> list[int]:  # type: ignore[no-untyped-def]
     return [i for i, b in enumerate(request.system) if b.source.startswith("/memories/")]
 
 
-def test_memory_lands_after_the_breakpoint_index(backend: PostgresBackend, db: Database) -> None:
+def test_memory_lands_after_the_breakpoint_index(backend: PostgresBackend,
+                                                 sim_agent: Agent) -> None:
     backend.write("/memories/AGENTS.md", "Always answer in French.")
     backend.write("/skills/s/SKILL.md", "---\nname: s\ndescription: A skill.\n---\n")
-    result = Agent(db, backend.tenant_id, "a1", SimulatedModel()).run("hello")
+    result = sim_agent.run("hello")
     request = result.requests[0]
     assert request.system_breakpoint is not None
     (index,) = memory_indexes(request)
@@ -57,8 +58,8 @@ def test_wrong_order_puts_memory_inside_the_cached_prefix(backend: PostgresBacke
     assert memory_indexes(request)[0] <= (request.system_breakpoint or 0)
 
 
-def test_memory_is_reread_every_run(backend: PostgresBackend, db: Database) -> None:
-    agent = Agent(db, backend.tenant_id, "a1", SimulatedModel())
+def test_memory_is_reread_every_run(backend: PostgresBackend, sim_agent: Agent) -> None:
+    agent = sim_agent
     backend.write("/memories/AGENTS.md", "version one")
     first = agent.run("q").requests[0]
     backend.write("/memories/AGENTS.md", "version two")
@@ -67,10 +68,11 @@ def test_memory_is_reread_every_run(backend: PostgresBackend, db: Database) -> N
     assert b"version one" not in second.canonical()
 
 
-def test_missing_source_is_skipped_with_an_event_and_no_error(db: Database, tenant: str) -> None:
+def test_missing_source_is_skipped_with_an_event_and_no_error(db: Database, tenant: str,
+                                                              sim_agent: Agent) -> None:
     save_agent(db, tenant, "a1", AgentConfig(memory=["/memories/AGENTS.md", "/memories/gone.md"]))
     PostgresBackend(db, tenant, "a1").write("/memories/AGENTS.md", "present")
-    result = Agent(db, tenant, "a1", SimulatedModel()).run("hi")
+    result = sim_agent.run("hi")
     assert result.stop_reason == "final"
     assert [e.attributes for e in result.events if e.name == EVENT_MEMORY_MISSING] == [
         {"path": "/memories/gone.md"}]
@@ -79,12 +81,13 @@ def test_missing_source_is_skipped_with_an_event_and_no_error(db: Database, tena
         "/memories/AGENTS.md"]
 
 
-def test_sources_load_in_config_order_each_headed_by_its_path(db: Database, tenant: str) -> None:
+def test_sources_load_in_config_order_each_headed_by_its_path(db: Database, tenant: str,
+                                                              sim_agent: Agent) -> None:
     save_agent(db, tenant, "a1", AgentConfig(memory=["/memories/team.md", "/memories/AGENTS.md"]))
     fs = PostgresBackend(db, tenant, "a1")
     fs.write("/memories/AGENTS.md", "agent notes")
     fs.write("/memories/team.md", "team notes")
-    request = Agent(db, tenant, "a1", SimulatedModel()).run("hi").requests[0]
+    request = sim_agent.run("hi").requests[0]
     blocks = [b for b in request.system if b.source.startswith("/memories/")]
     assert [b.source for b in blocks] == ["/memories/team.md", "/memories/AGENTS.md"]
     assert blocks[0].text == '<memory path="/memories/team.md">\nteam notes\n</memory>'
@@ -184,12 +187,13 @@ HOSTILE = (
 )
 
 
-def test_content_cannot_close_or_forge_a_frame(db: Database, tenant: str) -> None:
+def test_content_cannot_close_or_forge_a_frame(db: Database, tenant: str,
+                                                sim_agent: Agent) -> None:
     save_agent(db, tenant, "a1", AgentConfig(memory=["/memories/AGENTS.md", "/memories/b.md"]))
     fs = PostgresBackend(db, tenant, "a1")
     fs.write("/memories/AGENTS.md", HOSTILE)
     fs.write("/memories/b.md", "second file")
-    request = Agent(db, tenant, "a1", SimulatedModel()).run("hi").requests[0]
+    request = sim_agent.run("hi").requests[0]
     blocks = [b for b in request.system if b.source.startswith("/memories/")]
     assert [b.source for b in blocks] == ["/memories/AGENTS.md", "/memories/b.md"]
     for block in blocks:

@@ -34,7 +34,7 @@ def test_metrics_scrape_has_the_series_the_dashboard_queries(db: Database, tenan
         [tool_call("write_file", {"path": "/memories/notes.md", "content": "x"})]])
     Agent(db, tenant, "a1", model, telemetry=t.Telemetry(meter_provider=provider)).run("hi")
 
-    app = create_app(db)
+    app = create_app(db)  # its own server: the /metrics route is this test's registry
     t.add_metrics_route(app, registry)
     base, stop = serve_in_thread(app)
     try:

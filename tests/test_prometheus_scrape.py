@@ -71,7 +71,7 @@ def test_prometheus_scrapes_metrics_and_every_dashboard_query_has_data(
         Agent(db, tenant, "a1", model, telemetry=tel).run("hi")
 
     run()
-    app = create_app(db)
+    app = create_app(db)  # its own server: the /metrics route is this test's registry
     t.add_metrics_route(app, registry)
     base, stop_api = serve_in_thread(app)
     port = free_port()

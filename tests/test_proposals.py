@@ -52,6 +52,7 @@ def write(path: str, content: str) -> tuple[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def server(db: Database) -> Iterator[tuple[str, Any]]:
+    # A server of its own: its runs use a scripted model (``app.state.hango_model``).
     app = create_app(db)
     app.state.hango_model = SimulatedModel(policy=policy)
     url, stop = serve_in_thread(app)

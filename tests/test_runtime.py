@@ -14,9 +14,9 @@ from hango.models.base import Request
 from hango.models.simulated import SimulatedModel, tool_call
 
 
-def test_default_stack_slots_are_pinned(db: Database, tenant: str) -> None:
+def test_default_stack_slots_are_pinned(db: Database, tenant: str, sim_agent: Agent) -> None:
     save_agent(db, tenant, "a1")
-    built = default_stack(Agent(db, tenant, "a1", SimulatedModel()))
+    built = default_stack(sim_agent)
     assert isinstance(built, DefaultStack)
     assert SLOTS == ("skills", "filesystem", "subagents", "prompt_cache", "memory")
     assert built.names == list(SLOTS)

@@ -14,7 +14,6 @@ import pytest
 
 from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, create_token, save_agent
-from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
 from hango.models.simulated import SimulatedModel, tool_call
 
@@ -22,13 +21,11 @@ SKILL = "---\nname: invoices\ndescription: Read and total invoices.\n---\n# Invo
 
 
 @pytest.fixture
-def owner_http(db: Database, tenant: str) -> Iterator[httpx.Client]:
+def owner_http(db: Database, tenant: str, api_url: str) -> Iterator[httpx.Client]:
     save_agent(db, tenant, "assistant", AgentConfig(tools=["read_file", "write_file", "edit_file"]))
-    base_url, stop = serve_in_thread(create_app(db))
     token = create_token(db, tenant, "owner", "seed-criteria")
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}) as client:
+    with httpx.Client(base_url=api_url, headers={"Authorization": f"Bearer {token}"}) as client:
         yield client
-    stop()
 
 
 def test_owner_writes_memory_over_http_and_the_next_run_has_it_after_the_breakpoint(

@@ -109,3 +109,54 @@ def test_lists_read_commas_and_json(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HANGO_SKILLS_DEFAULT_SOURCES", "/notes/")
     with pytest.raises(SettingsError, match=r"HANGO_SKILLS_DEFAULT_SOURCES.*/skills/"):
         load_settings()
+
+
+def test_the_source_prefixes_are_the_reserved_prefixes() -> None:
+    """settings imports nothing from hango, so it spells the prefixes itself: kept equal here."""
+    from hango.fs.path import PREFIX_MEMORIES, PREFIX_SKILLS
+    from hango.settings import SOURCE_PREFIXES
+
+    assert SOURCE_PREFIXES == {"memory_default_sources": PREFIX_MEMORIES,
+                               "skills_default_sources": PREFIX_SKILLS}
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("HANGO_MEMORY_DEFAULT_SOURCES", "/memories/"),  # a directory, not a file
+    ("HANGO_MEMORY_DEFAULT_SOURCES", "/memoriesx/a.md"),
+    ("HANGO_MEMORY_DEFAULT_SOURCES", "memories/a.md"),
+    ("HANGO_SKILLS_DEFAULT_SOURCES", "/skillsx/"),
+    ("HANGO_SKILLS_DEFAULT_SOURCES", "skills/"),
+])
+def test_a_default_source_outside_its_prefix_names_its_variable(
+        monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=name):
+        load_settings()
+
+
+def test_the_skills_directory_is_a_default_source_with_or_without_its_slash(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HANGO_SKILLS_DEFAULT_SOURCES", "/skills,/skills/team")
+    assert load_settings().skills_default_sources == ["/skills", "/skills/team"]
+
+
+@pytest.mark.parametrize(("name", "value", "rule"), [
+    ("HANGO_MEMORY_DEFAULT_SOURCES", "/memories/../notes/x.md", "'..' segment"),
+    ("HANGO_MEMORY_DEFAULT_SOURCES", "/memories/a\tb.md", "control character"),
+    ("HANGO_SKILLS_DEFAULT_SOURCES", "/skills//team/", "empty segment"),
+])
+def test_the_path_rules_name_the_variable_too(monkeypatch: pytest.MonkeyPatch, name: str,
+                                               value: str, rule: str) -> None:
+    """Under its prefix but breaking a rule of hango/fs/path.py: the agents module refuses it."""
+    from hango.agents import check_default_sources
+
+    monkeypatch.setenv(name, value)
+    settings = load_settings()
+    with pytest.raises(SettingsError, match=rf"{name}\[0\] .*{rule}"):
+        check_default_sources(settings)
+    from hango.api.app import create_app
+
+    with pytest.raises(SettingsError, match=rf"{name}\[0\] .*{rule}"):
+        create_app(settings=settings)  # the app refuses it before serving a run
+    monkeypatch.delenv(name)
+    assert check_default_sources(load_settings()) == load_settings()

@@ -110,12 +110,13 @@ def test_a_skill_in_use_narrows_the_callable_set_until_the_run_ends(db: Database
     assert fs.glob("/notes/*") == ["/notes/before"]
 
 
-def test_invalid_skill_is_skipped_while_others_load(backend: PostgresBackend, db: Database) -> None:
+def test_invalid_skill_is_skipped_while_others_load(backend: PostgresBackend,
+                                                    sim_agent: Agent) -> None:
     backend.write("/skills/good/SKILL.md", skill_md("good", "Works."))
     backend.write("/skills/nohead/SKILL.md", "just a body, no frontmatter\n")
     backend.write("/skills/long/SKILL.md", skill_md("long", "x" * 1025))
     backend.write("/skills/broken/SKILL.md", "---\nname: broken\ndescription: [unclosed\n---\n")
-    result = Agent(db, backend.tenant_id, "a1", SimulatedModel()).run("hi")
+    result = sim_agent.run("hi")
     assert result.stop_reason == "final"
     assert result.skills_count == 1
     assert "- good — Works. (/skills/good/SKILL.md)" in index_of(result)
@@ -129,14 +130,14 @@ def test_invalid_skill_is_skipped_while_others_load(backend: PostgresBackend, db
         assert any(w.startswith(f"skill {path} skipped: ") for w in result.warnings)
 
 
-def test_last_source_wins_by_name(db: Database, tenant: str) -> None:
+def test_last_source_wins_by_name(db: Database, tenant: str, sim_agent: Agent) -> None:
     save_agent(db, tenant, "a1", AgentConfig(skills=["/skills/base/", "/skills/team/"]))
     fs = PostgresBackend(db, tenant, "a1")
     fs.write("/skills/base/pdf/SKILL.md", skill_md("pdf", "Base PDF skill."))
     fs.write("/skills/team/pdf/SKILL.md", skill_md("pdf", "Team PDF skill."))
     fs.write("/skills/base/only/SKILL.md", skill_md("only", "Only in base."))
     fs.write("/skills/elsewhere/SKILL.md", skill_md("elsewhere", "Not a configured source."))
-    result = Agent(db, tenant, "a1", SimulatedModel()).run("hi")
+    result = sim_agent.run("hi")
     index = index_of(result)
     assert "- pdf — Team PDF skill. (/skills/team/pdf/SKILL.md)" in index
     assert "Base PDF skill" not in index and "elsewhere" not in index
@@ -251,10 +252,10 @@ def test_index_budget_counts_the_rendered_bytes(backend: PostgresBackend, db: Da
 
 
 def test_a_name_that_differs_from_its_folder_warns_and_is_indexed(backend: PostgresBackend,
-                                                                  db: Database) -> None:
+                                                                  sim_agent: Agent) -> None:
     backend.write("/skills/pdf-tools/SKILL.md", skill_md("pdf", "PDF things."))
     backend.write("/skills/csv/SKILL.md", skill_md("csv", "CSV things."))
-    result = Agent(db, backend.tenant_id, "a1", SimulatedModel()).run("hi")
+    result = sim_agent.run("hi")
     assert "- pdf — PDF things. (/skills/pdf-tools/SKILL.md)" in index_of(result)
     assert [w for w in result.warnings if "differs from its folder" in w] == [
         "skill /skills/pdf-tools/SKILL.md: name 'pdf' differs from its folder 'pdf-tools' (the "

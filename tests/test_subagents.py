@@ -15,7 +15,6 @@ from pydantic import ValidationError
 
 from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, create_token, load_agent, save_agent
-from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
 from hango.models.base import Request, ToolResult
 from hango.models.simulated import SimulatedModel, tool_call
@@ -61,18 +60,14 @@ def test_a_config_naming_itself_is_refused_naming_the_field(db: Database, tenant
     assert AgentConfig(subagents=["b"]).for_agent("a").subagents == ["b"]
 
 
-def test_the_api_refuses_a_config_naming_itself(db: Database, tenant: str) -> None:
-    url, stop = serve_in_thread(create_app(db))
-    try:
-        headers = {"Authorization": f"Bearer {create_token(db, tenant, 'owner')}"}
-        with httpx.Client(base_url=url, headers=headers, timeout=30) as c:
-            got = c.put("/v1/agents/a", json={"subagents": ["a"]})
-            assert got.status_code == 422, got.text
-            assert got.json()["detail"] == ("subagents (body): subagents[0] 'a' is this agent "
-                                            "itself; an agent cannot be its own subagent")
-            assert c.put("/v1/agents/a", json={"subagents": ["b"]}).status_code == 201
-    finally:
-        stop()
+def test_the_api_refuses_a_config_naming_itself(db: Database, tenant: str, api_url: str) -> None:
+    headers = {"Authorization": f"Bearer {create_token(db, tenant, 'owner')}"}
+    with httpx.Client(base_url=api_url, headers=headers, timeout=30) as c:
+        got = c.put("/v1/agents/a", json={"subagents": ["a"]})
+        assert got.status_code == 422, got.text
+        assert got.json()["detail"] == ("subagents (body): subagents[0] 'a' is this agent "
+                                        "itself; an agent cannot be its own subagent")
+        assert c.put("/v1/agents/a", json={"subagents": ["b"]}).status_code == 201
     assert load_agent(db, tenant, "a") == AgentConfig(subagents=["b"])
 
 

@@ -4,7 +4,9 @@ In ``ask`` mode (an agent's ``reserved_writes``, or the tenant's ``HANGO_RESERVE
 agent's ``write_file`` or ``edit_file`` under ``/memories/`` or ``/skills/`` is not executed.
 :func:`hango.fs.path.check_write` says so (``ApprovalRequired``: the one rule, both doors), and
 the run stops ``interrupted`` with a **proposal**: the path, the operation, the version of the
-file it was made against (none for a new file), and the whole proposed content.
+file it was made against (none for a new file), and the whole proposed content. That half runs
+inside the run (:mod:`hango.agent.proposing`); this module holds what a proposal is and the
+other half, the decision.
 
 An owner or admin then decides. :func:`approve` writes through the same rule as any API write,
 *against the base version*: if the file changed since, nothing is written and the answer is a
@@ -25,18 +27,13 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from psycopg.types.json import Jsonb
-
 from hango.agent.frontmatter import FrontmatterError, parse
-from hango.agent.hooks import Interrupt, RunContext
 from hango.db import Database
 from hango.errors import HangoError
-from hango.fs.backend import EditError, FileNotFound, decode_head
+from hango.fs.backend import decode_head
 from hango.fs.path import PREFIX_SKILLS, check_write
-from hango.models.base import ToolCall
 from hango.telemetry import (
     ATTR_PROPOSAL_ID,
-    EVENT_PROPOSAL_CREATED,
     EVENT_PROPOSAL_DECIDED,
     SPAN_DECIDE,
     Telemetry,
@@ -145,73 +142,6 @@ def check_skill(path: str, content: str, allowlist: frozenset[str]) -> dict[str,
     declared = list(fm.allowed_tools or ())
     return {"name": fm.name, "allowed_tools": declared,
             "dropped_tools": [t for t in declared if t not in allowlist]}
-
-
-# --- proposing (in a run) ----------------------------------------------------------------------
-
-
-def propose(ctx: RunContext, call: ToolCall, path: str, *, max_bytes: int,
-            max_pending: int) -> Interrupt:
-    """Turn an ask-mode write into an :class:`Interrupt` that saves a proposal with the run.
-
-    Raises :class:`ProposalError` (the agent reads it as a tool error, and the run goes on) when
-    the edit does not apply or the content is over ``max_bytes``; the interrupt's ``persist``
-    raises it when the agent already has ``max_pending`` proposals waiting.
-    """
-    try:
-        current = ctx.backend.read(path)
-    except FileNotFound:
-        current = None
-    args = call.arguments
-    if call.name == "edit_file":
-        old, new = args.get("old_string"), args.get("new_string")
-        if not isinstance(old, str) or not isinstance(new, str) or not old:
-            raise ProposalError("edit_file needs a non-empty string 'old_string' and a string "
-                                "'new_string'")
-        if current is None:
-            raise FileNotFound(path)
-        count = current.content.count(old)
-        if count == 0 or (count > 1 and args.get("replace_all") is not True):
-            raise EditError(f"{path}: the text to replace occurs {count} times; it must occur "
-                            "once (or pass replace_all); nothing was proposed")
-        content = current.content.replace(old, new)
-    else:
-        given = args.get("content")
-        if not isinstance(given, str):
-            raise ProposalError("argument 'content' must be a string")
-        content = given
-    if len(content.encode("utf-8")) > max_bytes:
-        raise ProposalError(f"the proposed {path} is {len(content.encode('utf-8'))} bytes, over "
-                            f"the file cap of {max_bytes} bytes; nothing was proposed")
-    if "\x00" in content:
-        raise ProposalError("file contents are text: U+0000 (NUL) is not allowed")
-    proposal = Proposal(f"{ctx.run_id}-{call.id}", ctx.agent_id, ctx.run_id, call.id, path,
-                        call.name, None if current is None else current.version, content,
-                        check_skill(path, content, ctx.allowlist), "pending")
-    diff = unified_diff(path, None if current is None else current.content, content)
-
-    def persist(conn: Any, run_id: str) -> None:
-        # Under the agent's row lock, so parallel runs of one agent cannot pass the bound.
-        conn.execute("SELECT 1 FROM agents WHERE tenant_id = %s AND agent_id = %s FOR UPDATE",
-                     [ctx.tenant_id, ctx.agent_id])
-        (waiting,) = conn.execute(
-            "SELECT count(*) FROM proposals WHERE tenant_id = %s AND agent_id = %s "
-            "AND status = 'pending'", [ctx.tenant_id, ctx.agent_id]).fetchone()
-        if waiting >= max_pending:  # the model reads this as the call's error; the run goes on
-            raise ProposalError(f"this agent already has {max_pending} proposals waiting for a "
-                                "decision (HANGO_PROPOSALS_MAX_PENDING); nothing was proposed")
-        conn.execute(
-            """INSERT INTO proposals (tenant_id, agent_id, proposal_id, run_id, call_id, path,
-                                      operation, base_version, content, skill)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
-            [ctx.tenant_id, ctx.agent_id, proposal.proposal_id, run_id, call.id, path, call.name,
-             proposal.base_version, content.encode("utf-8"),
-             None if proposal.skill is None else Jsonb(proposal.skill)])
-        ctx.event(EVENT_PROPOSAL_CREATED, **{ATTR_PROPOSAL_ID: proposal.proposal_id,
-                                              "path": path, "operation": call.name})
-        ctx.telemetry.record_proposal("proposed")
-
-    return Interrupt("proposal", {**view(proposal), "diff": diff}, persist)
 
 
 def view(p: Proposal) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hango.agent.hooks import RunContext, Tool, ToolCallNext
-from hango.agent.proposals import propose
+from hango.agent.proposing import propose
 from hango.fs.path import ApprovalRequired, check_write
 from hango.models.base import ToolCall, ToolResult, ToolSpec
 

@@ -53,6 +53,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hango.agents import check_default_sources
 from hango.api import agents, files, runs
 from hango.api.deps import Authenticate, hango_error, unavailable
 from hango.db import Database
@@ -123,8 +124,12 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 
 def create_app(db: Database | None = None, settings: Settings | None = None) -> FastAPI:
-    """The files API over ``db`` (default: the process-wide database, opened on first use)."""
-    settings = settings or (db.settings if db is not None else get_settings())
+    """The files API over ``db`` (default: the process-wide database, opened on first use).
+
+    Raises :class:`~hango.settings.SettingsError` when a tenant-default source breaks a path rule:
+    every run over HTTP would read it."""
+    settings = check_default_sources(
+        settings or (db.settings if db is not None else get_settings()))
     app = FastAPI(
         title="hango files API",
         version="1",

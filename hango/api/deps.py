@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hango.agents import ID_PATTERN, Principal, principal_for
+from hango.agents import ID_PATTERN, Principal, agent_exists, principal_for
 from hango.db import Database, DatabaseError, get_database
 from hango.errors import HangoError
 from hango.fs.backend import PostgresBackend
@@ -169,10 +169,7 @@ class _Agent:
         return PostgresBackend(self.db, self.principal.tenant_id, self.agent_id, self.settings)
 
     def exists(self) -> bool:
-        with self.db.tenant(self.principal.tenant_id) as conn:
-            row = conn.execute("SELECT 1 FROM agents WHERE tenant_id = %s AND agent_id = %s",
-                               [self.principal.tenant_id, self.agent_id]).fetchone()
-        return row is not None
+        return agent_exists(self.db, self.principal.tenant_id, self.agent_id)
 
     def no_agent(self) -> HTTPException:
         return HTTPException(404, f"no agent {self.agent_id!r} in this tenant")

@@ -16,7 +16,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from hango.agents import ROLES
+from hango.agents import ROLES, check_default_sources
 from hango.cli.admin import cmd_agent, cmd_proposals, cmd_tenant, cmd_token, cmd_workshop
 from hango.cli.common import CliError
 from hango.cli.db import cmd_db, cmd_serve
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return int(args.func(args, get_settings()))
+        return int(args.func(args, check_default_sources(get_settings())))
     except (CliError, SettingsError, DatabaseError, EmbeddedError, ValueError) as exc:
         print(f"hango: error: {exc}", file=sys.stderr)
         return 1
