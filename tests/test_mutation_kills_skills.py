@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from hango.agent.hooks import RunContext
 from hango.agent.memory import LEFT_OUT_MARKER, TRUNCATION_MARKER, MemoryMiddleware
 from hango.agent.runtime import Agent
 from hango.agent.skills import INDEX_FOOTER, INDEX_HEADER, SkillsMiddleware, index_line
@@ -173,6 +174,36 @@ def test_no_skill_is_no_skills_block(db: Database, tenant: str) -> None:
     save_agent(db, tenant, "a1", AgentConfig(memory=[]))
     result = run_with(db, tenant, SkillsMiddleware())
     assert [b.source for b in result.requests[0].system if b.source == "skills"] == []
+
+
+def _context(db: Database, tenant: str, backend: PostgresBackend) -> RunContext:
+    """A run's context as ``Agent.run`` builds it, for calling a middleware's hooks directly."""
+    config = AgentConfig(memory=[])
+    save_agent(db, tenant, "a1", config)
+    return RunContext(tenant, "a1", config, backend, "run", frozenset(config.tools), Telemetry())
+
+
+def test_only_the_frontmatter_of_a_skill_leaves_the_database(db: Database, tenant: str) -> None:
+    backend = PostgresBackend(db, tenant, "a1")
+    ctx = _context(db, tenant, backend)
+    frontmatter = "---\nname: big\ndescription: A long body.\n---\n"
+    backend.write("/skills/big/SKILL.md", frontmatter + "body line\n" * 3000)  # 30 KB
+    backend.bytes_read = 0
+    SkillsMiddleware().before_run(ctx)
+    assert backend.bytes_read == len(frontmatter.encode())
+
+
+def test_a_skills_middleware_with_nothing_to_index_contributes_no_block(
+        db: Database, tenant: str) -> None:
+    backend = PostgresBackend(db, tenant, "a1")
+    ctx = _context(db, tenant, backend)
+    skills = SkillsMiddleware()
+    skills.before_run(ctx)
+    assert skills.system_blocks(ctx) == []
+    backend.write("/skills/a/SKILL.md", skill_md("a", "Here."))
+    ctx = _context(db, tenant, backend)
+    skills.before_run(ctx)
+    assert [b.source for b in skills.system_blocks(ctx)] == ["skills"]
 
 
 # --- skills: narrowing, its warning and its event --------------------------------------------------
