@@ -248,14 +248,15 @@ def _skill(name: str, description: str = "Does a thing.") -> Any:
 
 
 def test_the_index_budget_is_exact_to_the_byte() -> None:
-    from hango.agent.skills import render_index, within_budget
+    from hango.agent.skills import index_line, render_index, within_budget
 
     skills = [_skill("a"), _skill("b"), _skill("c")]
+    lines = [index_line(s) for s in skills]
     size = len(render_index(skills).encode())
-    assert within_budget(skills, size) == 3
-    assert within_budget(skills, size - 1) == 2
-    assert within_budget(skills[:1], len(render_index(skills[:1]).encode())) == 1
-    assert within_budget(skills[:1], len(render_index(skills[:1]).encode()) - 1) == 0
+    assert within_budget(lines, size) == 3
+    assert within_budget(lines, size - 1) == 2
+    assert within_budget(lines[:1], len(render_index(skills[:1]).encode())) == 1
+    assert within_budget(lines[:1], len(render_index(skills[:1]).encode()) - 1) == 0
 
 
 def test_an_ampersand_in_a_description_is_escaped_on_its_index_line() -> None:
@@ -275,7 +276,8 @@ def test_the_skills_index_span_counts_indexed_and_invalid(
     fs.write("/skills/bad/SKILL.md", "---\nname: [unclosed\n---\n")
     result = Agent(db, tenant, "a1", SimulatedModel(), telemetry=tel).run("hi")
     span = next(s for s in exporter.get_finished_spans() if s.name == "agent.skills_index")
-    assert dict(span.attributes or {}) == {"hango.skills.count": 1, "hango.skills.invalid": 1}
+    assert dict(span.attributes or {}) == {"hango.skills.count": 1, "hango.skills.invalid": 1,
+                                           "hango.skills.parsed": 2}
     assert (result.attributes["hango.skills.count"], result.attributes["hango.skills.invalid"]) \
         == (1, 1)
 

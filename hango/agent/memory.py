@@ -84,11 +84,9 @@ LEFT_OUT_MARKER = "\n[... left out: {paths}; HANGO_MEMORY_MAX_BYTES={cap}]"
 
 @dataclass
 class MemoryState:
-    """What this run loaded: (path, text) in source order, and what was left out."""
+    """What this run loaded: (path, text) in source order."""
 
     loaded: list[tuple[str, str]] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    truncated: bool = False
 
 
 def strip_comments(text: str) -> str:
@@ -145,8 +143,7 @@ class MemoryMiddleware:
             lookup = snapshot.lookup(ctx, snapshot.Read("files", tuple(sources), self.max_bytes))
             if lookup.built is not None:
                 snapshot.replay(ctx, lookup.built)
-                state.loaded, state.missing, state.truncated = lookup.built.value
-                state.loaded, state.missing = list(state.loaded), list(state.missing)
+                state.loaded = list(lookup.built.value)
             else:
                 found = {f.path: f for f in lookup.rows}
                 present = []
@@ -154,7 +151,6 @@ class MemoryMiddleware:
                     if path in found:
                         present.append(found[path])
                     else:
-                        state.missing.append(path)
                         ctx.warn(f"memory source {path} does not exist; skipped",
                                  event=EVENT_MEMORY_MISSING, path=path)
                 budget = self.max_bytes
@@ -166,11 +162,10 @@ class MemoryMiddleware:
                         continue
                     # Over the cap: cut this source (or leave it out whole when none of it fits),
                     # leave out the ones after it, and stop.
-                    state.truncated = True
                     self._over_cap(ctx, state, data.path, data.size, text, budget,
                                    [d.path for d in present[i + 1:]])
                     break
-                lookup.store((tuple(state.loaded), tuple(state.missing), state.truncated))
+                lookup.store(tuple(state.loaded))
             total = sum(len(t.encode("utf-8")) for _, t in state.loaded)
             ctx.attributes[ATTR_MEMORY_SOURCES] = [p for p, _ in state.loaded]  # published
             ctx.attributes[ATTR_MEMORY_BYTES] = total

@@ -52,6 +52,7 @@ from hango.models.base import Block, ToolCall, ToolResult
 from hango.telemetry import (
     ATTR_SKILLS_COUNT,
     ATTR_SKILLS_INVALID,
+    ATTR_SKILLS_PARSED,
     EVENT_SKILL_INVALID,
     EVENT_SKILL_TOOLS_NARROWED,
     SPAN_SKILLS_INDEX,
@@ -92,6 +93,12 @@ def parse_head(head: str) -> Frontmatter | FrontmatterError:
         return exc
 
 
+def memoised(memo: dict[str, object], path: str, head: str) -> Frontmatter | FrontmatterError | None:
+    """The parse of ``head`` that ``memo`` (path -> (head, parse)) holds, if its head is ``head``."""
+    hit = memo.get(path)
+    return hit[1] if isinstance(hit, tuple) and hit[0] == head else None
+
+
 def one_line(text: str) -> str:
     """Keep untrusted text on its index line: whitespace folded, markup characters escaped."""
     if not text.isprintable():  # the common case skips the per-character pass (1,000 skills)
@@ -106,20 +113,23 @@ def index_line(skill: Skill) -> str:
     return f"- {one_line(skill.name)} — {one_line(skill.description)} ({one_line(skill.path)})"
 
 
-def render_index(skills: Sequence[Skill], known: dict[Skill, str] | None = None) -> str:
-    """The index block. ``known``: lines rendered before, by skill (an agent's memo)."""
-    lines = [(known.get(s) if known else None) or index_line(s) for s in skills]
+def index_block(lines: Sequence[str]) -> str:
+    """The index block around ``lines`` (each from :func:`index_line`)."""
     return "\n".join([INDEX_HEADER, *lines, INDEX_FOOTER])
 
 
-def within_budget(skills: Sequence[Skill], max_bytes: int) -> int:
-    """How many of ``skills``, taken in order, fit in a rendered index of ``max_bytes``."""
+def render_index(skills: Sequence[Skill]) -> str:
+    return index_block([index_line(s) for s in skills])
+
+
+def within_budget(lines: Sequence[str], max_bytes: int) -> int:
+    """How many of ``lines``, taken in order, fit in an index block of ``max_bytes``."""
     used = len(INDEX_HEADER.encode()) + 1 + len(INDEX_FOOTER.encode())  # joined by newlines
-    for i, skill in enumerate(skills):
-        used += len(index_line(skill).encode("utf-8")) + 1
+    for i, line in enumerate(lines):
+        used += len(line.encode("utf-8")) + 1
         if used > max_bytes:
             return i
-    return len(skills)
+    return len(lines)
 
 
 def folder_of(path: str) -> str:
@@ -155,11 +165,12 @@ class SkillsMiddleware:
                 "heads", tuple(sources), HEAD_BYTES, name="SKILL.md",
                 max_per_dir=self.max_skills + 1, cut_after=FENCES,
                 salt=(self.max_skills, self.index_max_bytes, ctx.allowlist)))
+            parsed_now = 0  # heads parsed in this run: the rest came from the agent's memo
             if found.built is not None:
                 snapshot.replay(ctx, found.built)
                 state.skills, state.index, invalid = found.built.value
             else:
-                memo: dict[str, object] = {}
+                memo: dict[str, object] = {}  # path -> (head, its parse), for the next run
                 heads = found.rows
                 for source in sources:
                     under = [h.path for h in heads if h.path.startswith(source)]
@@ -175,8 +186,11 @@ class SkillsMiddleware:
                         if not head.path.startswith(source):
                             continue
                         if head.path not in parsed:
-                            parsed[head.path] = self._parse(ctx, head.path, head.content,
-                                                            found.memo, memo)
+                            fm = memoised(found.memo, head.path, head.content)
+                            if fm is None:
+                                fm, parsed_now = parse_head(head.content), parsed_now + 1
+                            memo[head.path] = (head.content, fm)
+                            parsed[head.path] = self._skill(ctx, head.path, fm)
                         skill = parsed[head.path]
                         if skill is None:
                             continue
@@ -190,35 +204,29 @@ class SkillsMiddleware:
                     ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_MAX={self.max_skills} "
                              f"left out: {', '.join(dropped)}")
                     ordered = ordered[: self.max_skills]
-                fit = within_budget(ordered, self.index_max_bytes)
+                lines = [index_line(s) for s in ordered]
+                fit = within_budget(lines, self.index_max_bytes)
                 if fit < len(ordered):
                     dropped = [s.name for s in ordered[fit:]]
                     ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_INDEX_MAX_BYTES="
                              f"{self.index_max_bytes} left out (the index keeps the first skills "
                              f"by name that fit): {', '.join(dropped)}")
-                    ordered = ordered[:fit]
+                    ordered, lines = ordered[:fit], lines[:fit]
                 for skill in ordered:
                     self._narrow(ctx, skill)
                 state.skills = ordered
                 invalid = sum(1 for skill in parsed.values() if skill is None)
-                # Lines are memoised per agent too, under the key "" (no path is empty).
-                known = found.memo.get("")
-                before = known if isinstance(known, dict) else {}
-                memo[""] = lines = {s: before.get(s) or index_line(s) for s in ordered}
-                state.index = render_index(ordered, lines) if ordered else None
+                state.index = index_block(lines) if ordered else None
                 found.store((ordered, state.index, invalid), memo)
             ctx.attributes[ATTR_SKILLS_COUNT] = len(state.skills)  # published for the chat span
             ctx.attributes[ATTR_SKILLS_INVALID] = invalid
             span.set_attribute(ATTR_SKILLS_COUNT, len(state.skills))
             span.set_attribute(ATTR_SKILLS_INVALID, invalid)
+            span.set_attribute(ATTR_SKILLS_PARSED, parsed_now)
         ctx.telemetry.record_skills(len(state.skills), invalid)
 
-    def _parse(self, ctx: RunContext, path: str, head: str, memo: dict[str, object] | None = None,
-               new_memo: dict[str, object] | None = None) -> Skill | None:
-        hit = memo.get(path) if memo else None
-        fm = hit[1] if isinstance(hit, tuple) and hit[0] == head else parse_head(head)
-        if new_memo is not None:
-            new_memo[path] = (head, fm)
+    def _skill(self, ctx: RunContext, path: str, fm: Frontmatter | FrontmatterError) -> Skill | None:
+        """The skill of one parsed head, or None (with a warning) when it is invalid."""
         if isinstance(fm, FrontmatterError):
             ctx.warn(f"skill {path} skipped: {fm}", event=EVENT_SKILL_INVALID,
                      path=path, reason=str(fm))
@@ -252,10 +260,8 @@ class SkillsMiddleware:
                      remaining=[])
 
     def system_blocks(self, ctx: RunContext) -> Sequence[Block]:
-        state = ctx.state(self.key)
-        if state.index is None and state.skills:  # before_run did not run (a hand-made state)
-            state.index = render_index(state.skills)
-        return [Block(state.index, "skills")] if state.index else []
+        index = ctx.state(self.key).index
+        return [Block(index, "skills")] if index else []
 
     def wrap_tool_call(self, ctx: RunContext, call: ToolCall, call_next: ToolCallNext) -> ToolResult:
         state = ctx.state(self.key)

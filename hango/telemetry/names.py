@@ -65,6 +65,7 @@ ATTR_MEMORY_BYTES = "hango.memory.bytes"
 ATTR_MEMORY_SOURCE_COUNT = "hango.memory.source_count"  # metric attribute: how many loaded
 ATTR_SKILLS_COUNT = "hango.skills.count"
 ATTR_SKILLS_INVALID = "hango.skills.invalid"
+ATTR_SKILLS_PARSED = "hango.skills.parsed"  # span: heads parsed, not from the agent's memo
 ATTR_RUN_STATUS = "hango.run.status"  # on agent.run: done, interrupted or failed
 ATTR_PROPOSAL_ID = "hango.proposal.id"
 ATTR_PROPOSAL_OUTCOME = "hango.proposal.outcome"  # metric attribute, see PROPOSAL_OUTCOMES
