@@ -100,8 +100,6 @@ class RunResult:
         return total
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
         return published(self.__dict__.get("attributes", {}), name)
 
 
@@ -206,7 +204,7 @@ class Agent:
                 stack.before_run(ctx)
             if saved is not None:
                 ctx.event(EVENT_RUN_RESUMED, run_id=run_id)
-            result = self._loop(ctx, stack, config, messages, saved, record)
+            result = self._loop(ctx, stack, config, messages, saved)
             span.set_attribute(ATTR_RUN_STATUS, result.status)
             context = span.get_span_context()
             result.trace_id = trace.format_trace_id(context.trace_id) if context.is_valid else ""
@@ -221,8 +219,7 @@ class Agent:
         return result
 
     def _loop(self, ctx: RunContext, stack: Stack, config: AgentConfig,
-              messages: list[Message], saved: dict[str, Any] | None,
-              record: bool) -> RunResult:
+              messages: list[Message], saved: dict[str, Any] | None) -> RunResult:
         tools = {**stack.tools(ctx), **{t.spec.name: t for t in self.extra_tools}}
         tools = dict(sorted(tools.items()))
         result = RunResult("", ctx.run_id, "max_steps", messages, warnings=ctx.warnings,

@@ -67,10 +67,8 @@ class Stack:
                     found.setdefault(tool.spec.name, tool)
         return dict(sorted(found.items()))
 
-    def build_request(
-        self, ctx: RunContext, messages: Sequence[Message], tools: dict[str, Tool],
-        model: str, max_tokens: int = 1024,
-    ) -> Request:
+    def build_request(self, ctx: RunContext, messages: Sequence[Message], tools: dict[str, Tool],
+                      model: str) -> Request:
         """Assemble the system blocks in chain order and record the breakpoint's index."""
         blocks: list[Block] = [Block(ctx.config.system_prompt, "system_prompt")]
         breakpoints: list[Breakpoint] = []
@@ -81,8 +79,7 @@ class Stack:
                 blocks.extend(b for b in mw.system_blocks(ctx) if b.text)
         specs = tuple(t.spec for name, t in tools.items() if name in ctx.allowlist)
         return Request(model=model, tools=specs, system=tuple(blocks),
-                       messages=tuple(messages), breakpoints=tuple(breakpoints),
-                       max_tokens=max_tokens)
+                       messages=tuple(messages), breakpoints=tuple(breakpoints))
 
     def call_model(self, ctx: RunContext, request: Request, innermost: ModelCall) -> Any:
         """Call the model through every ``wrap_model_call``, first middleware outermost."""
