@@ -293,7 +293,7 @@ class Agent:
                 try:
                     with self.db.tenant(self.tenant_id) as conn:
                         runs.save(conn, self.tenant_id, self.agent_id, ctx.run_id,
-                                  "interrupted", state, {"status": "interrupted"},
+                                  "interrupted", state, {},  # the summary: set once stopped
                                   interrupt.payload.get("proposal_id"))
                         if interrupt.persist is not None:
                             interrupt.persist(conn, ctx.run_id)
