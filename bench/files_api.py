@@ -114,23 +114,43 @@ class SocketClient:
 
     def __init__(self, base_url: str, token: str | None = None) -> None:
         host, port = base_url.removeprefix("http://").rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.address = (host, int(port))
         auth = "" if token is None else f"Authorization: Bearer {token}\r\n"
         self.head = f"Host: {host}\r\n{auth}\r\n".encode()
+        self.connect()
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection(self.address)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
 
     def get(self, path: str) -> tuple[int, bytes]:
+        """One GET; a connection the server closed while idle (keep-alive timeout) is opened
+        again and the request sent once more."""
+        try:
+            return self._get(path)
+        except (EOFError, ConnectionError):
+            self.close()
+            self.connect()
+            return self._get(path)
+
+    def _get(self, path: str) -> tuple[int, bytes]:
         self.sock.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\n" + self.head)
         while b"\r\n\r\n" not in self.buf:
-            self.buf += self.sock.recv(65536)
+            self._recv()
         head, self.buf = self.buf.split(b"\r\n\r\n", 1)
         length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
                           if line.lower().startswith(b"content-length:")))
         while len(self.buf) < length:
-            self.buf += self.sock.recv(65536)
+            self._recv()
         body, self.buf = self.buf[:length], self.buf[length:]
         return int(head.split(b" ", 2)[1]), body
+
+    def _recv(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise EOFError("the server closed the connection")
+        self.buf += chunk
 
     def close(self) -> None:
         self.sock.close()
@@ -151,6 +171,10 @@ def in_turns(rows: dict[str, Callable[[], object]], rounds: int,
             wall[name].append((time.perf_counter() - start) * 1e3)
             cpu[name] += time.process_time() - c
     return wall, {name: total / rounds * 1e3 for name, total in cpu.items()}
+
+
+def ignoring_index(op: Callable[[], object]) -> Callable[[int], object]:
+    return lambda i: op()
 
 
 def one_by_one(n: int, op: Callable[[int], object]) -> tuple[list[float], float]:
@@ -238,8 +262,7 @@ def main() -> None:
             "bare asgi, httpx": lambda: bare_httpx.get("/"),
         }
         wall, cpu = in_turns(rows, args.rounds)
-        tight = {name: one_by_one(args.rounds, lambda i, op=rows[name]: op())
-                 for name in ("raw select", "GET, hango client", "GET, socket client")}
+        tight = {name: one_by_one(args.rounds, ignoring_index(op)) for name, op in rows.items()}
         trips = {name: db.round_trips(rows[name]) for name in  # warm: statements prepared
                  ("db statement", "GET, socket client", "GET via route", "401, no token")}
         for closing in (files, lean, anonymous, bare_lean, bare_httpx, raw):
@@ -256,37 +279,34 @@ def main() -> None:
     print(f"load before/after: {load} / {loadavg()}; {os.cpu_count()} CPUs; "
           f"http={'httptools' if _has('httptools') else 'h11'}, "
           f"loop={'uvloop' if _has('uvloop') else 'asyncio'}")
-    print(f"\nGET, {args.rounds} rounds in turns   p50 ms   p90 ms   CPU ms   x raw  round trips")
-    raw_p50 = statistics.median(wall["raw select"])
-    for name, samples in wall.items():
-        p50 = statistics.median(samples)
-        rt = f"{trips[name]:11.1f}" if name in trips else ""
-        print(f"  {name:28} {p50:8.3f} {p90(samples):8.3f} {cpu[name]:8.3f} "
-              f"{p50 / raw_p50:6.1f}x {rt}")
-    print(f"\nwrites, {args.rounds} one by one      p50 ms   p90 ms   CPU ms")
-    for name, (samples, cost) in writes.items():
-        print(f"  {name:28} {statistics.median(samples):8.3f} {p90(samples):8.3f} {cost:8.3f}")
+    tables = {f"GET, {args.rounds} rounds in turns": (
+                  {name: statistics.median(w) for name, w in wall.items()}, wall, cpu),
+              f"the same, {args.rounds} back to back": (
+                  {name: statistics.median(w) for name, (w, _) in tight.items()},
+                  {name: w for name, (w, _) in tight.items()},
+                  {name: c for name, (_, c) in tight.items()})}
+    for title, (p50, samples, cost) in tables.items():
+        print(f"\n{title:32} p50 ms   p90 ms   CPU ms   x raw  round trips")
+        for name in rows:
+            rt = f"{trips[name]:11.1f}" if name in trips else ""
+            print(f"  {name:28} {p50[name]:8.3f} {p90(samples[name]):8.3f} {cost[name]:8.3f} "
+                  f"{p50[name] / p50['raw select']:6.1f}x {rt}")
+    print(f"\nwrites, {args.rounds} one by one{'':11} p50 ms   p90 ms   CPU ms")
+    for name, (w, c) in writes.items():
+        print(f"  {name:28} {statistics.median(w):8.3f} {p90(w):8.3f} {c:8.3f}")
 
-    print(f"\nthe same, {args.rounds} back to back  p50 ms   p90 ms   CPU ms   x raw")
-    tight_raw = statistics.median(tight["raw select"][0])
-    for name, (samples, cost) in tight.items():
-        p50_ = statistics.median(samples)
-        print(f"  {name:28} {p50_:8.3f} {p90(samples):8.3f} {cost:8.3f} {p50_ / tight_raw:6.1f}x")
-
-    p50 = {name: statistics.median(samples) for name, samples in wall.items()}
-    hop = p50["+ thread hop"] - p50["bare asgi"]
-    ours = p50["GET, socket client"] - p50["+ thread hop"] - p50["db statement"]
-    print(f"\nGET at concurrency 1 (goal <= 10x raw psycopg), in turns: "
-          f"hango client {p50['GET, hango client'] / raw_p50:.1f}x, "
-          f"socket client {p50['GET, socket client'] / raw_p50:.1f}x "
-          f"(via the route, as before issue 14: {p50['GET via route'] / raw_p50:.1f}x); "
-          "back to back, where the raw select is at its best: hango client "
-          f"{statistics.median(tight['GET, hango client'][0]) / tight_raw:.1f}x, socket client "
-          f"{statistics.median(tight['GET, socket client'][0]) / tight_raw:.1f}x")
-    print(f"the socket GET's {p50['GET, socket client']:.3f} ms: HTTP server and client "
-          f"{p50['bare asgi']:.3f} (bare ASGI) + thread hop {hop:.3f} + database "
-          f"{p50['db statement']:.3f} (db statement) + the rest {ours:.3f} (Authenticate, "
-          f"response); httpx adds {p50['bare asgi, httpx'] - p50['bare asgi']:.3f} ms a request")
+    print("\nGET at concurrency 1, x raw psycopg (goal <= 10x):")
+    for title, (p50, _, _) in tables.items():
+        hop = p50["+ thread hop"] - p50["bare asgi"]
+        rest = p50["GET, socket client"] - p50["+ thread hop"] - p50["db statement"]
+        print(f"  {title.split(', ', 1)[1]}: hango client "
+              f"{p50['GET, hango client'] / p50['raw select']:.1f}x, socket client "
+              f"{p50['GET, socket client'] / p50['raw select']:.1f}x, via the route (as before "
+              f"issue 14) {p50['GET via route'] / p50['raw select']:.1f}x; the socket GET's "
+              f"{p50['GET, socket client']:.3f} ms = HTTP server and client "
+              f"{p50['bare asgi']:.3f} + thread hop {hop:.3f} + db statement "
+              f"{p50['db statement']:.3f} + the rest {rest:.3f}; httpx adds "
+              f"{p50['bare asgi, httpx'] - p50['bare asgi']:.3f}")
 
 
 def p90(samples: list[float]) -> float:
