@@ -94,7 +94,7 @@ async def bare(scope: dict[str, Any], receive: Any, send: Any) -> None:
 def serve_bare() -> tuple[str, Callable[[], None]]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(bare, log_level="warning",  # type: ignore[arg-type]
+    server = uvicorn.Server(uvicorn.Config(bare, log_level="warning",
                                            access_log=False, lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
