@@ -170,6 +170,21 @@ class Database:
             yield conn
 
     @contextmanager
+    def statement(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection as ``hango_app`` in autocommit: each statement is a transaction of
+        its own, one round trip with no BEGIN or COMMIT, and a setting it makes with
+        ``set_config(..., true)`` (such as the tenant) ends with it."""
+        try:
+            with self.pool.connection() as conn:
+                conn.autocommit = True
+                try:
+                    yield conn
+                finally:
+                    conn.autocommit = False
+        except psycopg.OperationalError as exc:
+            raise DatabaseError(f"database unavailable: {exc}".strip()) from exc
+
+    @contextmanager
     def _transaction(self, tenant_id: str | None) -> Iterator[psycopg.Connection[Any]]:
         try:
             with self.pool.connection() as conn, conn.transaction():

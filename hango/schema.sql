@@ -313,13 +313,39 @@ BEGIN
 END
 $$;
 
+-- hango_read_file: the files API's plain GET in one statement (issue 14), as the app role (NOT
+-- a SECURITY DEFINER: row-level security applies to the read). Who the token is comes from
+-- hango_principal (an unknown, revoked or expired token is nobody: no row); that tenant is set
+-- for this transaction only, and the first `cap` bytes of one file are read as it. A row with a
+-- NULL content: the token is live, the file is not there.
+CREATE OR REPLACE FUNCTION public.hango_read_file(digest bytea, agent text, file_path text,
+                                                  cap integer)
+    RETURNS TABLE (tenant_id text, role text, content bytea, version bigint, size integer)
+    LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, public, pg_temp
+AS $$
+BEGIN
+    SELECT p.tenant_id, p.role INTO tenant_id, role FROM public.hango_principal(digest) p;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM pg_catalog.set_config('hango.tenant_id', hango_read_file.tenant_id, true);
+    SELECT substring(f.content FROM 1 FOR cap), f.version, f.size INTO content, version, size
+      FROM public.agent_files f
+     WHERE f.tenant_id = hango_read_file.tenant_id AND f.agent_id = agent
+       AND f.path = file_path;
+    RETURN NEXT;
+END
+$$;
+
 -- Functions are executable by PUBLIC unless revoked: only hango_app (and the owner) call these.
 REVOKE ALL ON FUNCTION public.hango_principal(bytea), public.hango_owner_tenant(bytea),
     public.hango_token_list(bytea), public.hango_token_revoke(bytea, text),
-    public.hango_token_create(bytea, bytea, text, text, text, timestamptz) FROM PUBLIC;
+    public.hango_token_create(bytea, bytea, text, text, text, timestamptz),
+    public.hango_read_file(bytea, text, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION public.hango_principal(bytea), public.hango_owner_tenant(bytea),
     public.hango_token_list(bytea), public.hango_token_revoke(bytea, text),
-    public.hango_token_create(bytea, bytea, text, text, text, timestamptz) TO hango_app;
+    public.hango_token_create(bytea, bytea, text, text, text, timestamptz),
+    public.hango_read_file(bytea, text, text, integer) TO hango_app;
 
 -- No temporary objects and no new objects in public for the app role (nor for PUBLIC, where the
 -- role applying this schema owns the database: elsewhere REVOKE only warns, and the pinned

@@ -22,6 +22,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hango.agents import ID_PATTERN, Principal, agent_exists, principal_for
+from hango.api.plain_get import file_response, plain_get, read_as
 from hango.db import Database, DatabaseError, get_database
 from hango.errors import HangoError
 from hango.fs.backend import PostgresBackend
@@ -120,6 +121,7 @@ class Authenticate:
     this a request with no token and a malformed body got 422, telling an anonymous caller
     about the body. Here a missing, unknown, revoked or expired token is 401 at once; a known
     one is kept in the request's state for the route's ``_principal`` dependency (one lookup).
+    A plain GET of a file is answered here when the file is there (:mod:`hango.api.plain_get`).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -133,11 +135,19 @@ class Authenticate:
         token = _bearer_token(header)
         status, detail, challenge = 401, _no_bearer(header), 'Bearer realm="hango"'
         if token is not None:
+            target = plain_get(scope)  # a plain GET of a file: token and file in one statement
             try:
                 db = _db_of(scope["app"])
-                principal = await run_in_threadpool(principal_for, db, token)
+                if target is None:
+                    principal, found = await run_in_threadpool(principal_for, db, token), None
+                else:
+                    cap = scope["app"].state.hango_settings.max_file_bytes
+                    principal, found = await run_in_threadpool(read_as, db, token, *target, cap)
             except (DatabaseError, psycopg.OperationalError) as exc:
                 await unavailable(exc)(scope, receive, send)
+                return
+            if found is not None:
+                await file_response(found)(scope, receive, send)
                 return
             if principal is not None:
                 scope.setdefault("state", {})["hango_principal"] = principal

@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import re
 from typing import Annotated
-from urllib.parse import unquote_to_bytes
 
 import psycopg
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
 from fastapi import Path as UrlPath
-from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
 from hango.api.deps import _Agent, _agent, _errors
+from hango.api.plain_get import etag, file_path, file_response
 from hango.fs.backend import FileTooLarge, NotText
-from hango.fs.path import check_write, clean
-
-TEXT = "text/plain; charset=utf-8"
+from hango.fs.path import check_write
 
 
 class FileVersion(BaseModel):
@@ -76,16 +73,8 @@ async def _file_path(
     path: Annotated[str, UrlPath(description=_PATH_RULES,
                                  json_schema_extra={"pattern": _PATH_SHAPE})],
 ) -> str:
-    """The file path from the URL: checked, never resolved."""
-    raw: bytes = request.scope.get("raw_path") or b""
-    if b"%2f" in raw.lower():
-        raise HTTPException(422, "invalid path: an encoded slash (%2F) is not allowed; "
-                                 "separate segments with a plain /")
-    try:
-        unquote_to_bytes(raw).decode("utf-8")
-    except UnicodeDecodeError:
-        raise HTTPException(422, "invalid path: its percent-escapes are not UTF-8") from None
-    return clean("/" + path)  # a PathError is 422, naming the rule
+    """The file path from the URL: checked, never resolved (a PathError is 422, naming the rule)."""
+    return file_path(request.scope.get("raw_path") or b"", path)
 
 
 _VERSION_TAG = re.compile(r'\s*"(\d{1,18})"\s*')
@@ -121,11 +110,6 @@ async def _put_precondition(
     return 0
 
 
-def _tag(version: int) -> dict[str, str]:
-    return {"ETag": f'"{version}"'}
-
-
-
 # --- routes ------------------------------------------------------------------------------------
 
 class _AnyPath(Convertor[str]):
@@ -156,14 +140,14 @@ FILE_ROUTE = "/agents/{agent_id}/files/{path:hango_path}"
 )
 def read_file(
     agent: Annotated[_Agent, Depends(_agent)], path: Annotated[str, Depends(_file_path)]
-) -> PlainTextResponse:
+) -> Response:
     try:
         data = agent.backend.read(path)
     except NotText as exc:
         raise HTTPException(409, f"{path}: {exc}") from None
     except FileTooLarge as exc:  # stored before the cap: a conflict with it, not a big request
         raise HTTPException(409, str(exc)) from None
-    return PlainTextResponse(data.content, media_type=TEXT, headers=_tag(data.version))
+    return file_response(data)
 
 
 async def _read_text(request: Request, path: str, cap: int) -> str:
@@ -207,7 +191,7 @@ async def write_file(
     content = await _read_text(request, path, agent.backend.max_file_bytes)
     version = await run_in_threadpool(_write, agent, path, content, if_version)
     response.status_code = 201 if version == 1 else 200
-    response.headers.update(_tag(version))
+    response.headers.update(etag(version))
     return FileVersion(path=path, version=version)
 
 
@@ -240,7 +224,7 @@ def edit_file(
     _may_write(agent, path)
     version = agent.backend.edit(path, edit.old, edit.new, replace_all=edit.replace_all,
                                  if_version=if_version)
-    response.headers.update(_tag(version))
+    response.headers.update(etag(version))
     return FileVersion(path=path, version=version)
 
 
