@@ -21,8 +21,11 @@ memory just written.
 Prints runs/s, p50/p99 of each step and of the whole loop, the CPU time of this process, of the
 server's processes and of PostgreSQL per loop, and the machine's load.
 
+``--each N`` instead sends N requests of each kind in a row from one learner and prints the CPU
+each costs the server and PostgreSQL.
+
 Run: ``.venv/bin/python bench/workshop.py [--learners 30] [--seconds 20] [--workers 2]
-[--in-process]``.
+[--in-process | --each 300]``.
 """
 
 from __future__ import annotations
@@ -296,6 +299,40 @@ def in_process(db: object, tenant_of: list[str]) -> Callable[[int, Client], Run]
     return setup
 
 
+def each_request(learner: tuple[str, str], n: int, postgres: int | None) -> None:
+    """One learner, one request at a time, against ``hango serve --workers 1``: the CPU each
+    kind of request costs the server and PostgreSQL (what the loop's figures are made of)."""
+    with hango_serve(1, learner[1]) as (url, server_pids):
+        http = Client(url, learner[1])
+        for i in range(SKILLS):
+            http.call("PUT", f"/v1/agents/a1/files/skills/s{i:02d}/SKILL.md",
+                      f"---\nname: s{i:02d}\ndescription: skill {i}\n---\nbody\n".encode())
+        run = ("POST", "/v1/agents/a1/runs", b'{"prompt": "hello"}', "application/json")
+        kinds: list[tuple[str, Callable[[int], object]]] = [
+            ("404, no route, no token", lambda i: http.call("GET", "/nothing")),
+            ("PUT memory", lambda i: http.call("PUT", MEMORY, memory(uuid.uuid4().hex, i))),
+            ("GET memory", lambda i: http.call("GET", MEMORY)),
+            ("POST run, memory unchanged", lambda i: http.call(*run)),
+            ("PUT memory + POST run", lambda i: (
+                http.call("PUT", MEMORY, memory(uuid.uuid4().hex, i)), http.call(*run))),
+            ("POST run, agent missing (404)",
+             lambda i: http.call("POST", "/v1/agents/nobody/runs", *run[2:])),
+        ]
+        print(f"CPU ms per request, {n} in a row, one learner, hango serve --workers 1")
+        print(f"  {'request':32} {'server':>7} {'postgres':>9} {'wall':>7}")
+        for name, call in kinds:
+            for i in range(20):  # warm: prepared statements, the agent's snapshot
+                call(i)
+            backends = children(postgres) if postgres else []
+            before = (cpu_seconds(server_pids), cpu_seconds(backends), time.perf_counter())
+            for i in range(n):
+                call(i)
+            after = (cpu_seconds(server_pids), cpu_seconds(backends), time.perf_counter())
+            per = [(b - a) * 1e3 / n for a, b in zip(before, after, strict=True)]
+            print(f"  {name:32} {per[0]:7.2f} {per[1]:9.2f} {per[2]:7.2f}")
+        http.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--learners", type=int, default=30)
@@ -304,6 +341,8 @@ def main() -> None:
                         help="hango serve --workers (not with --in-process)")
     parser.add_argument("--in-process", action="store_true",
                         help="the loop before the runs endpoint: server thread + Agent.run here")
+    parser.add_argument("--each", type=int, metavar="N",
+                        help="instead: N requests of each kind in a row, CPU per request")
     args = parser.parse_args()
     from hango.agents import drop_tenant
     from hango.db import Database
@@ -314,6 +353,9 @@ def main() -> None:
     learners = seats(db, args.learners, prefix)
     postgres = postmaster_pid(db)
     try:
+        if args.each:
+            each_request(learners[0], args.each, postgres)
+            return
         if args.in_process:
             from hango.api.app import create_app, serve_in_thread
 
