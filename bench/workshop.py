@@ -105,7 +105,8 @@ def seats(db: object, learners: int, prefix: str) -> list[tuple[str, str]]:
 
 
 def memory(nonce: str, version: int) -> bytes:
-    """The memory file of one loop: the nonce, and ``4 * version`` bytes that count its version."""
+    """The memory file of one loop: the nonce, and ``4 * version`` bytes that count its version
+    (within HANGO_MEMORY_MAX_BYTES, 64 KiB, while there are fewer than about 16,000 loops)."""
     return f"- remember {nonce}\n{'....' * version}\n".encode()
 
 
