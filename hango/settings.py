@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     subagent_max_depth: int = Field(default=3, ge=0, le=16)
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=1, le=65535)
+    # Processes of `hango serve` (uvicorn workers on one socket): runs are Python, and one
+    # process runs Python on one core at a time (bench/workshop.py).
+    workers: int = Field(default=1, ge=1, le=64)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1)
     cache_prefix_ttl: Literal["5m", "1h"] = Field(
         default="1h",

@@ -155,6 +155,74 @@ def test_serve_answers_over_http(db: Database, tenant: str) -> None:
     assert f"http://127.0.0.1:{port}" in stderr
 
 
+def _workers_of(pid: int) -> list[int]:
+    """The worker processes of the server ``pid`` (not multiprocessing's resource tracker)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid and \
+                    b"spawn_main" in (stat.parent / "cmdline").read_bytes():
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc for the workers")
+def test_serve_with_two_workers_answers_from_both(db: Database, tenant: str) -> None:
+    """``HANGO_WORKERS=2``: two worker processes on one port; every request is answered, runs
+    included, whichever worker takes it; SIGTERM stops them all."""
+    port = _free_port()
+    token = hango("token", "create", tenant, "--role", "owner").stdout.strip()
+    assert hango("agent", "create", tenant, "a1").returncode == 0
+    server = subprocess.Popen([HANGO, "serve", "--port", str(port), "--log-level", "warning"],
+                              env={**os.environ, "HANGO_WORKERS": "2"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url, auth = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
+    try:
+        deadline = time.monotonic() + 60
+        while len(_workers_of(server.pid)) < 2 or not _answers(url, auth):
+            assert server.poll() is None, server.communicate()
+            assert time.monotonic() < deadline, "hango serve --workers 2 did not answer in 60 s"
+            time.sleep(0.1)
+        workers = _workers_of(server.pid)
+        assert len(workers) == 2, workers
+        for i in range(8):  # a new connection each: the workers take turns accepting
+            put = httpx.put(f"{url}/v1/agents/a1/files/memories/AGENTS.md", headers=auth,
+                            content=f"- fact {i}\n")
+            assert put.status_code in (200, 201), put.text
+            run = httpx.post(f"{url}/v1/agents/a1/runs", headers=auth, json={"prompt": "hi"})
+            assert run.status_code == 201 and run.json()["status"] == "done", run.text
+            shown = httpx.get(f"{url}/v1/agents/a1/runs/{run.json()['run_id']}", headers=auth)
+            assert shown.status_code == 200 and shown.json()["status"] == "done"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, stderr = server.communicate(timeout=30)
+    assert server.returncode == 0, stderr
+    assert "2 worker processes" in stderr
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "a worker outlived it"
+
+
+def _answers(url: str, auth: dict[str, str]) -> bool:
+    try:
+        return httpx.get(f"{url}/v1/agents", headers=auth).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["--workers", "0"], {}, "--workers must be at least 1, got 0"),
+    ([], {"HANGO_WORKERS": "0"}, "HANGO_WORKERS: Input should be greater than or equal to 1"),
+    ([], {"HANGO_WORKERS": "two"}, "HANGO_WORKERS: Input should be a valid integer"),
+    (["--workers", "2", "--metrics"], {}, "--metrics needs one worker (got --workers 2)"),
+])
+def test_serve_refuses_a_bad_worker_count_naming_it(args: list[str], env: dict[str, str],
+                                                     message: str) -> None:
+    result = hango("serve", "--port", str(_free_port()), *args, env=env)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_db_status_and_url_on_the_running_server(db: Database) -> None:
     status = hango("db", "status")
     assert status.returncode == 0

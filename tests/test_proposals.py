@@ -425,6 +425,35 @@ def test_the_model_comes_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         model_from_settings(load_settings(model="gpt"))
 
 
+def test_a_server_keeps_one_model_and_one_telemetry_that_do_not_grow(db: Database) -> None:
+    """The server's own model (from HANGO_MODEL) keeps only its last call, and every run shares
+    one Telemetry: a workshop server answers for hours, and neither may grow with each run
+    (before, the simulator kept every request, about 9 KB a run). Each run still reads the
+    memory written just before it, and the configured agent's absence is still 404."""
+    tid = create_tenant(db, "p-" + uuid.uuid4().hex[:12])
+    save_agent(db, tid, "a1", AgentConfig())
+    app = create_app(db)
+    url, stop = serve_in_thread(app)
+    try:
+        client = httpx.Client(base_url=f"{url}/v1/agents", timeout=60, headers={
+            "Authorization": f"Bearer {create_token(db, tid, 'owner')}"})
+        prompts, telemetries = [], set()
+        for i in range(3):
+            assert client.put(f"/a1/files{MEMORY}", content=f"- fact {i:02d}\n").status_code \
+                in (200, 201)
+            assert client.post("/a1/runs", json={"prompt": "hi"}).status_code == 201
+            model = app.state.hango_model
+            prompts.append("".join(b.text for b in model.calls[-1][0].system))
+            assert len(model.calls) == len(model.traces) == 1
+            telemetries.add(id(app.state.hango_telemetry))
+        assert len(telemetries) == 1
+        assert all(f"- fact {i:02d}" in prompts[i] for i in range(3)), prompts
+        missing = client.post("/nobody/runs", json={"prompt": "hi"})
+        assert missing.status_code == 404 and "no agent 'nobody'" in missing.json()["detail"]
+    finally:
+        stop()
+
+
 # --- faults and concurrency ----------------------------------------------------------------------
 
 

@@ -596,6 +596,24 @@ def test_calls_record_every_request_and_response() -> None:
     assert [t.hits for t in model.traces] == [(), (9,)]
 
 
+def test_history_keeps_the_last_calls_and_changes_no_figure() -> None:
+    """``history=1`` (a server's model): only the last call is kept, the cache and the
+    diagnostics are what they are with every call kept, and a script still counts its calls."""
+    reqs = [request(10, (9,)), request(11, (10,)), request(10, (9,), model="claude-sonnet-4-5")]
+    everything, last = SimulatedModel(clock=Clock()), SimulatedModel(clock=Clock(), history=1)
+    for req in reqs:
+        assert last.complete(req) == everything.complete(req)
+        assert last.calls == everything.calls[-1:] and last.traces == everything.traces[-1:]
+    assert last.calls[0][1].diagnostics == CacheDiagnostics("model_changed", 1133)
+    scripted = SimulatedModel(clock=Clock(), policy=["one", "two"], history=1)
+    scripted.complete(request(2))
+    scripted.complete(request(2))
+    with pytest.raises(RuntimeError, match="no reply left for call 3"):
+        scripted.complete(request(2))
+    with pytest.raises(ValueError, match="history must be at least 1"):
+        SimulatedModel(history=0)
+
+
 def test_max_tokens_zero_prewarms_without_using_the_script() -> None:
     model = SimulatedModel(clock=Clock(), policy=["answer"])
     warm = model.complete(dataclasses.replace(request(10, (9,)), max_tokens=0))

@@ -56,7 +56,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hango.agents import check_default_sources
 from hango.api import agents, files, runs
 from hango.api.deps import Authenticate, hango_error, unavailable
-from hango.db import Database
+from hango.db import Database, get_database
 from hango.errors import HangoError
 from hango.settings import Settings, get_settings
 
@@ -172,6 +172,12 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     app.add_exception_handler(HangoError, hango_error)  # DatabaseError too: 503, Retry-After
     app.add_exception_handler(psycopg.OperationalError, database_down)
     return app
+
+
+def worker_app() -> FastAPI:
+    """The app of one ``hango serve --workers N`` process: its own pool, opened before it
+    serves, on the database and settings of the environment it inherited."""
+    return create_app(get_database())
 
 
 def serve_in_thread(

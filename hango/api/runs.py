@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hango.agent import proposals, runs
 from hango.agent.runs import summary
 from hango.agent.runtime import Agent
+from hango.agents import AgentConfig, load_agent
 from hango.api.deps import ErrorBody, _Agent, _agent
 from hango.db import DatabaseError
 from hango.fs.path import WRITERS
@@ -109,7 +110,7 @@ def model_from_settings(settings: Settings) -> Model:
     """``HANGO_MODEL``: ``hango-sim-*`` (offline), or ``claude-*`` with the extra and a key."""
     name = settings.model
     if name.startswith("hango-sim"):
-        return SimulatedModel(name)
+        return SimulatedModel(name, history=1)  # the last call only: a server runs for hours
     if name.startswith("claude"):
         if not os.environ.get("ANTHROPIC_API_KEY"):
             raise SettingsError(f"HANGO_MODEL={name}: set ANTHROPIC_API_KEY, or unset "
@@ -123,10 +124,12 @@ def model_from_settings(settings: Settings) -> Model:
     raise SettingsError(f"HANGO_MODEL={name!r}: expected hango-sim-1 or a claude-* model name")
 
 
-def _server_agent(request: Request, agent: _Agent) -> Agent:
+def _server_agent(request: Request, agent: _Agent, config: AgentConfig | None = None) -> Agent:
     """The agent, with the server's one model (its prompt cache outlives a request: a resumed
-    run reads what the interrupted one wrote). Tests and notebooks may set ``app.state``
-    ``hango_model``, ``hango_telemetry``, ``hango_run_ids`` and ``hango_settings`` first."""
+    run reads what the interrupted one wrote) and one :class:`Telemetry` (a new one per request
+    would cost its instruments each time, and the API's proxy providers keep every one).
+    Tests and notebooks may set ``app.state`` ``hango_model``, ``hango_telemetry``,
+    ``hango_run_ids`` and ``hango_settings`` first. ``config``: already loaded by the caller."""
     state = request.app.state
     settings: Settings = getattr(state, "hango_settings", None) or agent.db.settings
     if getattr(state, "hango_model", None) is None:
@@ -135,8 +138,16 @@ def _server_agent(request: Request, agent: _Agent) -> Agent:
         except SettingsError as exc:
             raise HTTPException(503, f"no model to run with: {exc}") from None
     return Agent(agent.db, agent.principal.tenant_id, agent.agent_id, state.hango_model,
-                 settings=settings, telemetry=getattr(state, "hango_telemetry", None),
+                 settings=settings, telemetry=_telemetry(request), config=config,
                  run_ids=getattr(state, "hango_run_ids", None))
+
+
+def _telemetry(request: Request) -> Telemetry:
+    state = request.app.state
+    if getattr(state, "hango_telemetry", None) is None:
+        state.hango_telemetry = Telemetry()
+    telemetry: Telemetry = state.hango_telemetry
+    return telemetry
 
 
 def _decider(request: Request, agent: _Agent) -> str:
@@ -165,9 +176,11 @@ def _out(result: dict[str, Any], run_id: str, status: str) -> RunOut:
              response_model=RunOut, status_code=201, responses=_err(413, 502))
 def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
                body: RunBody) -> RunOut:
-    if not agent.exists():
+    # The config, read once: it tells that the agent exists, and the run uses it.
+    config = load_agent(agent.db, agent.principal.tenant_id, agent.agent_id)
+    if config is None:
         raise agent.no_agent()
-    server_agent = _server_agent(request, agent)
+    server_agent = _server_agent(request, agent, config)
     try:
         result = server_agent.run(body.prompt, record=True)
     except (DatabaseError, HTTPException):
@@ -262,8 +275,7 @@ def approve_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)]
 def reject_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)],
                     proposal_id: ProposalId, body: RejectBody) -> ProposalOut:
     by = _decider(request, agent)
-    tel: Telemetry | None = getattr(request.app.state, "hango_telemetry", None)
     return _proposal(proposals.reject(
         agent.db, agent.principal.tenant_id, agent.agent_id, proposal_id, by=by,
-        role=agent.principal.role, reason=body.reason, telemetry=tel))
+        role=agent.principal.role, reason=body.reason, telemetry=_telemetry(request)))
 

@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the files API (loopback by default)")
     serve.add_argument("--host", help="interface (default HANGO_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default HANGO_PORT, 8765)")
+    serve.add_argument("--workers", type=int,
+                       help="server processes sharing the port (default HANGO_WORKERS, 1)")
     serve.add_argument("--log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug"])
     serve.add_argument("--metrics", action="store_true",

@@ -28,25 +28,39 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from hango.api.app import create_app
 
     host, port = args.host or settings.host, args.port or settings.port
-    db = open_db(settings)
+    workers = settings.workers if args.workers is None else args.workers
+    if workers < 1:
+        raise CliError(f"--workers must be at least 1, got {workers}")
+    if args.metrics and workers > 1:
+        raise CliError(f"--metrics needs one worker (got --workers {workers}): each worker "
+                       "process would count only the requests it served")
+    db = open_db(settings)  # starts the embedded server if needed, applies the schema once
     if host not in ("127.0.0.1", "localhost", "::1"):
         say(f"warning: serving on {host}: bearer tokens travel in clear over plain HTTP")
     say(f"hango files API on http://{host}:{port}  (docs: /docs; database: "
-         f"{'embedded' if db.embedded else 'external'} {settings.database_name})")
+         f"{'embedded' if db.embedded else 'external'} {settings.database_name}"
+         f"{f'; {workers} worker processes' if workers > 1 else ''})")
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it; exit cleanly instead, so the
     # database handle is released (the embedded server stops when its last user leaves).
     signal.signal(signal.SIGTERM, _exit_cleanly)
-    app = create_app(db, settings)
-    if args.metrics:  # Prometheus text format for a scraper on this machine (loopback clients only)
-        from opentelemetry import metrics
-
-        from hango.telemetry import add_metrics_route, prometheus_meter_provider
-
-        provider, registry = prometheus_meter_provider()
-        metrics.set_meter_provider(provider)  # every Telemetry() of this process records into it
-        add_metrics_route(app, registry)
-        say(f"metrics: http://{host}:{port}/metrics (loopback clients only)")
     try:
+        if workers > 1:
+            # Each worker is a new process that imports the app and opens its own pool, from
+            # the same HANGO_* environment; this one keeps the socket, the workers and the
+            # embedded server's handle (and stops the workers on SIGTERM or Ctrl-C).
+            uvicorn.run("hango.api.app:worker_app", factory=True, host=host, port=port,
+                        workers=workers, log_level=args.log_level)
+            return 0
+        app = create_app(db, settings)
+        if args.metrics:  # Prometheus text format for a scraper on this machine (loopback only)
+            from opentelemetry import metrics
+
+            from hango.telemetry import add_metrics_route, prometheus_meter_provider
+
+            provider, registry = prometheus_meter_provider()
+            metrics.set_meter_provider(provider)  # every Telemetry() of this process records into it
+            add_metrics_route(app, registry)
+            say(f"metrics: http://{host}:{port}/metrics (loopback clients only)")
         uvicorn.run(app, host=host, port=port, log_level=args.log_level)
     finally:
         db.close()

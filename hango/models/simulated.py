@@ -413,7 +413,9 @@ class SimulatedModel:
 
     ``policy`` is a callable ``request -> reply`` or a script: a list of replies used in order,
     each a text, a list of tool calls, a :class:`Reply`, or a function of the request. ``calls``
-    keeps every ``(request, response)``; ``traces`` the matching :class:`CacheTrace`.
+    keeps every ``(request, response)``; ``traces`` the matching :class:`CacheTrace`. With
+    ``history=N`` they keep only the last ``N`` (a server's model answers for hours: ``hango
+    serve`` keeps 1, which the next call's diagnostics compare with).
 
     ``refresh`` is the open rule of which entries a read refreshes (module docstring, assumption
     11): ``"longest"`` (the default) or ``"all"``.
@@ -430,13 +432,18 @@ class SimulatedModel:
         min_cacheable: int | None = None,
         store: CacheStore | None = None,
         refresh: Refresh = DEFAULT_REFRESH,
+        history: int | None = None,
     ) -> None:
         if isinstance(policy, str):
             raise TypeError("a script is a list of replies, not one string")
         if refresh not in (REFRESH_ALL, REFRESH_LONGEST):
             raise ValueError(f"refresh must be {REFRESH_ALL!r} or {REFRESH_LONGEST!r}, "
                              f"not {refresh!r}")
+        if history is not None and history < 1:
+            raise ValueError(f"history must be at least 1 (or None: keep every call), "
+                             f"not {history!r}")
         self.name = name
+        self.history = history
         self.refresh = refresh
         self.clock = clock
         self.min_cacheable = min_cacheable
@@ -448,6 +455,7 @@ class SimulatedModel:
         elif not callable(policy):
             self._script = list(policy)
         self._next_call_id = 0
+        self._answered = 0
         self.calls: list[tuple[Request, Response]] = []
         self.traces: list[CacheTrace] = []
 
@@ -477,6 +485,9 @@ class SimulatedModel:
                             model=model, stop_reason=stop, diagnostics=diagnostics)
         self.calls.append((request, response))
         self.traces.append(trace)
+        self._answered += 1
+        if self.history is not None:
+            del self.calls[:-self.history], self.traces[:-self.history]
         return response
 
     def _alive(self, model: str, key: str, now: float) -> bool:
@@ -551,7 +562,7 @@ class SimulatedModel:
         if self._script is not None:
             if not self._script:
                 raise RuntimeError(f"{self.name}: the script has no reply left for call "
-                                   f"{len(self.calls) + 1}")
+                                   f"{self._answered + 1}")
             entry = self._script.pop(0)
             reply = _as_reply(entry(request) if callable(entry) else entry)
         else:
