@@ -158,5 +158,14 @@ def test_the_path_rules_name_the_variable_too(monkeypatch: pytest.MonkeyPatch, n
 
     with pytest.raises(SettingsError, match=rf"{name}\[0\] .*{rule}"):
         create_app(settings=settings)  # the app refuses it before serving a run
+    from hango.agent.stack import default_stack
+
+    class _Agent:  # what default_stack reads of an agent run from a script or a notebook
+        pass
+
+    library_user = _Agent()
+    library_user.settings = settings  # type: ignore[attr-defined]
+    with pytest.raises(SettingsError, match=rf"{name}\[0\] .*{rule}"):
+        default_stack(library_user)  # type: ignore[arg-type]  # a run refuses it before reading
     monkeypatch.delenv(name)
     assert check_default_sources(load_settings()) == load_settings()

@@ -38,3 +38,57 @@ def test_no_module_is_a_warehouse() -> None:
     over = {name: n for name, n in sizes.items()
             if n > 360 and name != "hango/models/simulated.py"}
     assert over == {}
+
+
+def _module_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the hango modules it imports when it is imported (top level, not under
+    ``TYPE_CHECKING``, not inside a function: those run later and cannot form an import cycle)."""
+    names = {_module_of(p) for p in MODULES}
+    graph: dict[str, set[str]] = {}
+    for path in MODULES:
+        me = _module_of(path)
+        edges: set[str] = set()
+        body = list(ast.parse(path.read_text(encoding="utf-8")).body)
+        while body:
+            node = body.pop()
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                body += node.orelse
+            elif isinstance(node, (ast.If, ast.Try)):
+                body += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:  # `from hango.fs import path` imports hango.fs.path
+                    full = f"{node.module}.{alias.name}"
+                    edges.add(full if full in names else node.module)
+            elif isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names}
+        graph[me] = {e for e in edges if e in names and e != me and e != "hango"}
+    return graph
+
+
+def test_no_import_cycle_in_the_package() -> None:
+    """Issue 11: 0 import cycles. (The facade ``hango/__init__.py`` imports lazily, on first
+    attribute access, so it is left out as a node.)"""
+    graph = _import_graph()
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(nxt):], nxt]))
+            if nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert graph.get("hango.agent.runtime"), "graph not read"

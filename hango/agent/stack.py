@@ -36,6 +36,7 @@ from hango.agent.promptcache import PromptCache
 from hango.agent.skills import SkillsMiddleware
 from hango.agent.subagent import Parent, SubagentMiddleware
 from hango.agent.tools import FilesystemMiddleware
+from hango.agents import check_default_sources
 from hango.fs.path import clean_dir
 from hango.models.base import Block, Breakpoint, Message, Request, ToolCall, ToolResult
 from hango.settings import Settings
@@ -134,8 +135,9 @@ class AgentLike(Parent, Protocol):
 
 def default_stack(agent: AgentLike) -> DefaultStack:
     """The pinned ``DefaultStack`` for an agent, with the agent's settings resolved once here:
-    each middleware receives plain values, never a settings object to fall back on."""
-    s = agent.settings
+    each middleware receives plain values, never a settings object to fall back on. Bad default
+    sources are refused here, naming their variable, before a run reads anything."""
+    s = check_default_sources(agent.settings)
     return DefaultStack(
         skills=SkillsMiddleware(max_skills=s.skills_max,
                                 default_sources=[clean_dir(d) for d in s.skills_default_sources],
