@@ -24,7 +24,7 @@ server's processes and of PostgreSQL per loop, and the machine's load.
 ``--each N`` instead sends N requests of each kind in a row from one learner and prints the CPU
 each costs the server and PostgreSQL.
 
-Run: ``.venv/bin/python bench/workshop.py [--learners 30] [--seconds 20] [--workers 2]
+Run: ``.venv/bin/python bench/workshop.py [--learners 30] [--seconds 20] [--workers 3]
 [--in-process | --each 300]``.
 """
 
@@ -338,7 +338,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--learners", type=int, default=30)
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--workers", type=int, default=2,
+    parser.add_argument("--workers", type=int, default=3,
                         help="hango serve --workers (not with --in-process)")
     parser.add_argument("--in-process", action="store_true",
                         help="the loop before the runs endpoint: server thread + Agent.run here")
