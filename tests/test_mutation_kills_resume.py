@@ -9,7 +9,6 @@ then answer with the tool results it got.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from test_proposals import MEMORY, do, policy, write  # the same scripted model
 
 from hango.agent import proposals, runs
 from hango.agent.hooks import Event, RunContext
@@ -30,25 +30,6 @@ from hango.models.base import Block, Message, Request
 from hango.models.simulated import Reply, SimulatedModel, tool_call
 from hango.settings import load_settings
 from hango.telemetry import Telemetry
-
-MEMORY = "/memories/AGENTS.md"
-
-
-def policy(request: Request) -> Reply:
-    last = request.messages[-1]
-    if last.tool_results:
-        return Reply("done: " + " | ".join(r.content for r in last.tool_results))
-    if last.text.startswith("do "):
-        return Reply("", tuple(tool_call(c["tool"], c["args"]) for c in json.loads(last.text[3:])))
-    return Reply("(hango-sim) " + last.text[:40])
-
-
-def do(*calls: tuple[str, dict[str, Any]]) -> str:
-    return "do " + json.dumps([{"tool": t, "args": a} for t, a in calls])
-
-
-def write(path: str, content: str) -> tuple[str, dict[str, Any]]:
-    return ("write_file", {"path": path, "content": content})
 
 
 def ask_agent(db: Database, tenant: str, model: SimulatedModel | None = None,
