@@ -27,6 +27,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 SOURCE_PREFIXES = {"memory_default_sources": "/memories/", "skills_default_sources": "/skills/"}
 
 
+MAX_WORKERS = 64  # processes of `hango serve`, from HANGO_WORKERS or --workers
+
+
 class SettingsError(ValueError):
     """A HANGO_* variable has a value hango cannot use."""
 
@@ -68,7 +71,7 @@ class Settings(BaseSettings):
     port: int = Field(default=8765, ge=1, le=65535)
     # Processes of `hango serve` (uvicorn workers on one socket): runs are Python, and one
     # process runs Python on one core at a time (bench/workshop.py).
-    workers: int = Field(default=1, ge=1, le=64)
+    workers: int = Field(default=1, ge=1, le=MAX_WORKERS)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1)
     cache_prefix_ttl: Literal["5m", "1h"] = Field(
         default="1h",

@@ -211,10 +211,13 @@ def _answers(url: str, auth: dict[str, str]) -> bool:
 
 
 @pytest.mark.parametrize(("args", "env", "message"), [
-    (["--workers", "0"], {}, "--workers must be at least 1, got 0"),
+    (["--workers", "0"], {}, "--workers must be from 1 to 64, got 0"),
+    (["--workers", "65"], {}, "--workers must be from 1 to 64, got 65"),
+    ([], {"HANGO_WORKERS": "65"}, "HANGO_WORKERS: Input should be less than or equal to 64"),
     ([], {"HANGO_WORKERS": "0"}, "HANGO_WORKERS: Input should be greater than or equal to 1"),
     ([], {"HANGO_WORKERS": "two"}, "HANGO_WORKERS: Input should be a valid integer"),
-    (["--workers", "2", "--metrics"], {}, "--metrics needs one worker (got --workers 2)"),
+    (["--workers", "2", "--metrics"], {}, "--metrics needs one worker (got --workers=2)"),
+    (["--metrics"], {"HANGO_WORKERS": "2"}, "--metrics needs one worker (got HANGO_WORKERS=2)"),
 ])
 def test_serve_refuses_a_bad_worker_count_naming_it(args: list[str], env: dict[str, str],
                                                      message: str) -> None:

@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 from hango import embedded
 from hango.cli.common import CliError, open_db, say
 from hango.db import APP_ROLE
-from hango.settings import Settings
+from hango.settings import MAX_WORKERS, Settings
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -29,10 +29,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     host, port = args.host or settings.host, args.port or settings.port
     workers = settings.workers if args.workers is None else args.workers
-    if workers < 1:
-        raise CliError(f"--workers must be at least 1, got {workers}")
+    source = "HANGO_WORKERS" if args.workers is None else "--workers"  # name what the user gave
+    if not 1 <= workers <= MAX_WORKERS:
+        raise CliError(f"--workers must be from 1 to {MAX_WORKERS}, got {workers}")
     if args.metrics and workers > 1:
-        raise CliError(f"--metrics needs one worker (got --workers {workers}): each worker "
+        raise CliError(f"--metrics needs one worker (got {source}={workers}): each worker "
                        "process would count only the requests it served")
     db = open_db(settings)  # starts the embedded server if needed, applies the schema once
     if host not in ("127.0.0.1", "localhost", "::1"):
