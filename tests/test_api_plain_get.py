@@ -110,13 +110,15 @@ def test_a_plain_get_is_one_statement_and_answers_as_the_route(
 
 
 def test_what_a_plain_get_does_not_serve_the_route_answers(db: Database, raw: Raw) -> None:
-    """No such file or agent, a file over the cap, a file that is not UTF-8: the same status and
-    body as through the route."""
+    """No such file or agent, a file over the cap, a file that is not UTF-8 (or whole and ending
+    in the middle of a character): the same status and body as through the route."""
     tenant = _tenant(db, "a1")
     token = create_token(db, tenant, "owner")
     with db.admin() as conn:
         conn.execute("INSERT INTO agent_files (tenant_id, agent_id, path, content, size)"
                      " VALUES (%s, 'a1', '/bin', '\\xfffe'::bytea, 2)", [tenant])
+        conn.execute("INSERT INTO agent_files (tenant_id, agent_id, path, content, size)"
+                     " VALUES (%s, 'a1', '/cut', '\\x6162e282'::bytea, 4)", [tenant])  # ends mid-€
     cap = db.settings.max_file_bytes
     with db.admin() as conn:
         conn.execute("INSERT INTO agent_files (tenant_id, agent_id, path, content, size)"
@@ -125,6 +127,7 @@ def test_what_a_plain_get_does_not_serve_the_route_answers(db: Database, raw: Ra
         ("/v1/agents/a1/files/none", 404, "no such file: /none"),
         ("/v1/agents/nobody/files/none", 404, "no agent 'nobody' in this tenant"),
         ("/v1/agents/a1/files/bin", 409, "/bin: not UTF-8 text at byte 0"),
+        ("/v1/agents/a1/files/cut", 409, "/cut: not UTF-8 text at byte 2"),  # whole, not cut
         ("/v1/agents/a1/files/big", 409, f"/big: the file is {cap + 1} bytes"),
         ("/v1/agents/a1/files/a/../b", 422, "'..'"),
         ("/v1/agents/A1/files/x", 422, "agent_id (URL)"),

@@ -18,6 +18,7 @@ from hango.db import Database
 from hango.fs.backend import (
     EditError,
     FileNotFound,
+    NotText,
     PostgresBackend,
     VersionConflict,
 )
@@ -100,6 +101,19 @@ def test_read_cuts_at_a_character_boundary(backend: PostgresBackend) -> None:
     backend.write("/utf8.md", "é" * 10)  # 20 bytes
     head = backend.read("/utf8.md", limit=5)
     assert head.content == "éé" and head.size == 20 and head.truncated
+
+
+def test_a_whole_file_ending_inside_a_character_is_not_text(db: Database,
+                                                            backend: PostgresBackend) -> None:
+    """Only a read that was cut may drop a cut character: bytes stored around the API (plain SQL)
+    that end inside a character are refused whole, as edit refuses them, never served shortened."""
+    with db.admin() as conn:
+        conn.execute("INSERT INTO agent_files (tenant_id, agent_id, path, content, size)"
+                     " VALUES (%s, %s, '/cut.md', '\\x6162e282'::bytea, 4)",
+                     [backend.tenant_id, backend.agent_id])
+    with pytest.raises(NotText, match="not UTF-8 text at byte 2"):
+        backend.read("/cut.md")
+    assert backend.read("/cut.md", limit=3).content == "ab"  # a cut read: the cut is dropped
 
 
 def test_read_many_is_one_query_in_order_and_skips_missing(backend: PostgresBackend) -> None:

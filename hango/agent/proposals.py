@@ -191,7 +191,7 @@ def _current(conn: Any, tenant_id: str, agent_id: str, path: str, *,
     row = conn.execute(
         "SELECT content, version FROM agent_files WHERE tenant_id = %s AND agent_id = %s "
         f"AND path = %s{' FOR UPDATE' if lock else ''}", [tenant_id, agent_id, path]).fetchone()
-    return (None, None) if row is None else (decode_head(bytes(row[0])), int(row[1]))
+    return (None, None) if row is None else (decode_head(bytes(row[0]), len(row[0])), int(row[1]))
 
 
 def approve(db: Database, tenant_id: str, agent_id: str, proposal_id: str, *, by: str,

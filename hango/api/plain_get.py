@@ -91,6 +91,6 @@ def read_as(db: Database, token: str, agent_id: str, path: str,
     if content is None or size > cap:
         return principal, None
     try:
-        return principal, FileData(path, decode_head(bytes(content)), version, size)
+        return principal, FileData(path, decode_head(bytes(content), size), version, size)
     except NotText:
         return principal, None

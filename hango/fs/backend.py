@@ -56,22 +56,26 @@ class FileData:
         return len(self.content.encode("utf-8")) < self.size
 
 
-def decode_head(data: bytes) -> str:
-    """Decode UTF-8 bytes that may end in the middle of a character (a byte-limited read)."""
+def decode_head(data: bytes, size: int | None = None) -> str:
+    """Decode UTF-8 bytes that may end in the middle of a character (a byte-limited read).
+
+    With ``size`` (the file's whole length), a cut character is dropped only if the read was cut
+    (``len(data) < size``): a whole file ending mid-character is not UTF-8 text."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if exc.start >= len(data) - 3 and exc.reason in ("unexpected end of data",):
+        cut = size is None or len(data) < size
+        if cut and exc.start >= len(data) - 3 and exc.reason in ("unexpected end of data",):
             return data[: exc.start].decode("utf-8")
         raise NotText(f"not UTF-8 text at byte {exc.start}") from None
 
 
-def _decode_lenient(data: bytes) -> str:
+def _decode_lenient(data: bytes, size: int | None = None) -> str:
     """:func:`decode_head`, but bytes that are not UTF-8 become lone surrogates instead of
     failing the whole batch: one non-text SKILL.md must not fail the skills scan (and a run), and
     the frontmatter reader refuses such a head by itself ("not valid UTF-8", with its line)."""
     try:
-        return decode_head(data)
+        return decode_head(data, size)
     except NotText:
         return data.decode("utf-8", "surrogateescape")
 
@@ -129,7 +133,7 @@ class PostgresBackend:
               lenient: bool = False) -> list[FileData]:
         self.bytes_read += sum(len(r[1]) for r in rows)
         decode = _decode_lenient if lenient else decode_head
-        return [FileData(path, decode(bytes(data)), version, size)
+        return [FileData(path, decode(bytes(data), size), version, size)
                 for path, data, version, size in rows]
 
     def read(self, path: str, limit: int | None = None) -> FileData:
