@@ -122,7 +122,8 @@ def _sources(value: list[str] | None, prefix: str, key: str) -> list[str] | None
 def check_default_sources(settings: Settings) -> Settings:
     """``settings`` if its tenant-default sources pass every path rule, else :class:`SettingsError`
     naming the variable (settings.py, which imports nothing from hango, checks only the prefix).
-    The CLI calls it before any command, ``create_app`` before serving."""
+    The CLI calls it before any command, ``create_app`` before serving, ``default_stack`` before
+    a run (a script's or a notebook's too)."""
     try:
         _sources(settings.memory_default_sources, PREFIX_MEMORIES, "HANGO_MEMORY_DEFAULT_SOURCES")
         _sources(settings.skills_default_sources, PREFIX_SKILLS, "HANGO_SKILLS_DEFAULT_SOURCES")

@@ -7,8 +7,7 @@ refused with an error that names the variable, never silently replaced by a defa
 This module owns the shape of each value and imports nothing from hango. A default source must
 lie under its reserved prefix; the other path rules (characters, lengths, ``..`` segments) are
 hango/fs/path.py's: ``hango.agents.check_default_sources`` applies them (the CLI before any
-command, the files API before serving), and a run refuses a source that breaks one when it
-reads it.
+command, the files API before serving, ``default_stack`` before a run).
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ follow the cursors, one bounded request at a time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -167,21 +167,11 @@ class FilesClient:
 
     def iter_ls(self, directory: str = "/", limit: int | None = None) -> Iterator[Entry]:
         """Every child of a directory, page after page (one request per page, on demand)."""
-        cursor: str | None = None
-        while True:
-            page = self.ls(directory, limit, cursor)
-            yield from page
-            if (cursor := page.next_cursor) is None:
-                return
+        return _every_page(lambda cursor: self.ls(directory, limit, cursor))
 
     def iter_glob(self, pattern: str, limit: int | None = None) -> Iterator[str]:
         """Every path matching ``pattern``, page after page."""
-        cursor: str | None = None
-        while True:
-            page = self.glob(pattern, limit, cursor)
-            yield from page
-            if (cursor := page.next_cursor) is None:
-                return
+        return _every_page(lambda cursor: self.glob(pattern, limit, cursor))
 
     # config
 
@@ -244,3 +234,16 @@ class FilesClient:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+T = TypeVar("T")
+
+
+def _every_page(fetch: Callable[[str | None], Page[T]]) -> Iterator[T]:
+    """The items of page after page, ``fetch(cursor)`` asked for each one only when needed."""
+    cursor: str | None = None
+    while True:
+        page = fetch(cursor)
+        yield from page
+        if (cursor := page.next_cursor) is None:
+            return
