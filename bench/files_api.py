@@ -7,7 +7,8 @@ below), so that load from other processes lands on all of them alike:
 - ``raw select``: the file's row through psycopg on one connection as ``hango_app`` with the
   tenant set, in autocommit: one statement, one round trip. The baseline;
 - ``db statement``: what the API's GET asks of the database, called in-process: a pooled
-  connection, ``hango_read_file`` (the token and the file in one statement), the decode;
+  connection, ``hango_read_file`` (the token and the file in one statement), the decode (the
+  API runs it on its event loop, ``Database.statement_async``; here it runs on the caller's);
 - ``GET, hango client``: ``FilesClient.read`` (httpx, keep-alive), as a user's code reads a file;
 - ``GET, socket client``: the same request from a plain-socket keep-alive client, which costs
   next to nothing: the server's own cost;
@@ -16,7 +17,8 @@ below), so that load from other processes lands on all of them alike:
 - ``401, no token``: refused before any database work;
 - what the floor is made of, on the same uvicorn (httptools + uvloop when installed): ``bare
   asgi``, a 10-line ASGI app answering 200 (socket client, and through httpx), and ``+ thread
-  hop``, the same app handing one no-op to a worker thread, as the API does for its statement.
+  hop``, the same app handing one no-op to a worker thread, as the API's routes do for their
+  statements (the plain GET no longer does: issue 14).
 
 Protocol round trips per GET are counted from a libpq trace, not guessed. Each row also gives
 CPU time per operation (the whole process's, client and server threads): on a shared machine,
@@ -47,10 +49,10 @@ import psycopg
 import uvicorn
 from starlette.concurrency import run_in_threadpool
 
-from hango.agents import create_tenant, create_token, drop_tenant, save_agent
+from hango.agents import create_tenant, create_token, drop_tenant, save_agent, token_digest
 from hango.api.app import create_app, serve_in_thread
 from hango.api.client import FilesClient
-from hango.api.plain_get import read_as
+from hango.api.plain_get import READ_FILE, found_file
 from hango.db import Database
 
 
@@ -58,11 +60,15 @@ class TracedDatabase(Database):
     """A :class:`Database` that keeps its pooled connections, to trace them with libpq."""
 
     def __init__(self) -> None:
-        self.connections: list[psycopg.Connection[Any]] = []
+        self.connections: list[psycopg.Connection[Any] | psycopg.AsyncConnection[Any]] = []
         super().__init__()
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         super()._configure(conn)
+        self.connections.append(conn)
+
+    async def _configure_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await super()._configure_async(conn)
         self.connections.append(conn)
 
     def round_trips(self, op: Callable[[], object], n: int = 20) -> float:
@@ -235,7 +241,10 @@ def main() -> None:
             assert row is not None and len(row[0]) == len(data)
 
         def db_statement() -> None:
-            found = read_as(db, token, "api", path, cap)[1]
+            with db.statement() as conn:
+                row = conn.execute(READ_FILE, [token_digest(token), "api", path, cap],
+                                   binary=True).fetchone()
+            found = found_file(path, cap, row)[1]
             assert found is not None and len(found.content) == len(data)
 
         def hango_client() -> None:
@@ -297,14 +306,13 @@ def main() -> None:
 
     print("\nGET at concurrency 1, x raw psycopg (goal <= 10x):")
     for title, (p50, _, _) in tables.items():
-        hop = p50["+ thread hop"] - p50["bare asgi"]
-        rest = p50["GET, socket client"] - p50["+ thread hop"] - p50["db statement"]
+        rest = p50["GET, socket client"] - p50["bare asgi"] - p50["db statement"]
         print(f"  {title.split(', ', 1)[1]}: hango client "
               f"{p50['GET, hango client'] / p50['raw select']:.1f}x, socket client "
               f"{p50['GET, socket client'] / p50['raw select']:.1f}x, via the route (as before "
               f"issue 14) {p50['GET via route'] / p50['raw select']:.1f}x; the socket GET's "
               f"{p50['GET, socket client']:.3f} ms = HTTP server and client "
-              f"{p50['bare asgi']:.3f} + thread hop {hop:.3f} + db statement "
+              f"{p50['bare asgi']:.3f} + db statement "
               f"{p50['db statement']:.3f} + the rest {rest:.3f}; httpx adds "
               f"{p50['bare asgi, httpx'] - p50['bare asgi']:.3f}")
 

@@ -13,18 +13,20 @@ backs up the ``WHERE tenant_id = ...`` in every query.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import select
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from importlib import resources
 from typing import Any, ClassVar
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from hango.embedded import EmbeddedError
 from hango.embedded import EmbeddedServer as EmbeddedServer
@@ -89,6 +91,9 @@ class Database:
             open=True,
             name="hango",
         )
+        # statement_async's pools, one per event loop (a pool belongs to the loop it runs on)
+        self._async_pools: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = weakref.WeakKeyDictionary()
 
     def _check(self, conn: psycopg.Connection[Any]) -> None:
         """Check a pooled connection before it is handed out. When one is dead, the server has
@@ -110,6 +115,20 @@ class Database:
         if self._set_role:
             conn.execute(sql.SQL("SET SESSION ROLE {}").format(sql.Identifier(APP_ROLE)))
             conn.commit()
+
+    async def _configure_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if self._set_role:
+            await conn.execute(sql.SQL("SET SESSION ROLE {}").format(sql.Identifier(APP_ROLE)))
+
+    async def _check_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """:meth:`_check` for :meth:`statement_async`'s pools."""
+        if not conn.closed and not select.select([conn.fileno()], [], [], 0)[0]:
+            return
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            await self._async_pools[asyncio.get_running_loop()].check()
+            raise
 
     def _ensure_database(self) -> None:
         name = self.settings.database_name
@@ -183,6 +202,36 @@ class Database:
                     conn.autocommit = False
         except psycopg.OperationalError as exc:
             raise DatabaseError(f"database unavailable: {exc}".strip()) from exc
+
+    @asynccontextmanager
+    async def statement_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """:meth:`statement` for code on an event loop, with no hand-off to a worker thread (the
+        files API's plain GET, where the hand-off cost as much as the statement). The same role,
+        autocommit and timeout (``pool.timeout``), from a pool of the running loop, opened on
+        first use and closed by :meth:`close_async`."""
+        if self.pool.closed:  # closed by close(): no pool of this database hands out more
+            raise DatabaseError(f"database unavailable: the pool {self.pool.name!r} is closed")
+        loop = asyncio.get_running_loop()
+        pool = self._async_pools.get(loop)
+        if pool is None:
+            pool = self._async_pools[loop] = AsyncConnectionPool(
+                self.app_conninfo, min_size=1, max_size=8, kwargs={"autocommit": True},
+                configure=self._configure_async, check=self._check_async,
+                timeout=self.pool.timeout, reconnect_timeout=5.0, open=False,
+                name="hango-async")
+        if pool.closed:
+            await pool.open()
+        try:
+            async with pool.connection(timeout=self.pool.timeout) as conn:
+                yield conn
+        except psycopg.OperationalError as exc:
+            raise DatabaseError(f"database unavailable: {exc}".strip()) from exc
+
+    async def close_async(self) -> None:
+        """Close the running loop's :meth:`statement_async` pool, if it has one."""
+        pool = self._async_pools.pop(asyncio.get_running_loop(), None)
+        if pool is not None:
+            await pool.close()
 
     @contextmanager
     def _transaction(self, tenant_id: str | None) -> Iterator[psycopg.Connection[Any]]:

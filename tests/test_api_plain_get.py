@@ -79,12 +79,17 @@ def raw(base_url: str) -> Iterator[Raw]:
     client.close()
 
 
-def statements(db: Database, raw: Raw, target: str, token: str) -> int:
+def statements(db: Database, raw: Raw, target: str, token: str) -> tuple[int, int]:
     """How many pooled connections the server took to answer ``target`` (one per statement or
-    transaction)."""
-    db.pool.pop_stats()
+    transaction): from the pool of worker threads, and from the event loop's
+    (``Database.statement_async``: no hand-off to a thread)."""
+    raw.get(target, token)  # the first plain GET opens the loop's pool
+    loop_pools = list(db._async_pools.values())  # this server's, and idle ones of other servers
+    for pool in (db.pool, *loop_pools):
+        pool.pop_stats()
     raw.get(target, token)
-    return int(db.pool.pop_stats().get("requests_num", 0))
+    return (int(db.pool.pop_stats().get("requests_num", 0)),
+            sum(int(pool.pop_stats().get("requests_num", 0)) for pool in loop_pools))
 
 
 @pytest.mark.parametrize("path, text", [
@@ -105,8 +110,8 @@ def test_a_plain_get_is_one_statement_and_answers_as_the_route(
     assert plain == route
     assert plain[0] == 200 and plain[2] == text.encode()
     assert f'etag: "{version}"'.encode() in [h.lower() for h in plain[1]]
-    assert statements(db, raw, url, token) == 1
-    assert statements(db, raw, url + "?via=route", token) == 2  # the token, then the file
+    assert statements(db, raw, url, token) == (0, 1)  # one statement, on the event loop
+    assert statements(db, raw, url + "?via=route", token) == (2, 0)  # the token, the file
 
 
 def test_what_a_plain_get_does_not_serve_the_route_answers(db: Database, raw: Raw) -> None:

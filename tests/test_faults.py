@@ -333,6 +333,7 @@ def test_api_write_while_the_database_is_down_is_503(
     assert state(db, tenant) == ("old", 1)
     put = client.put(URL, content="new", headers={"If-Match": '"1"'})
     assert put.status_code == 200 and put.headers["ETag"] == '"2"'
+    assert client.get(URL).text == "new"  # the plain GET's own pool (on the loop) recovers too
 
 
 def test_api_write_killed_in_flight_is_503_and_rolled_back(

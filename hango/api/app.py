@@ -39,7 +39,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import psycopg
 import uvicorn
@@ -130,11 +131,20 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     every run over HTTP would read it."""
     settings = check_default_sources(
         settings or (db.settings if db is not None else get_settings()))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        opened: Database | None = app.state.hango_db
+        if opened is not None:
+            await opened.close_async()  # the plain GET's pool on this server's loop
+
     app = FastAPI(
         title="hango files API",
         version="1",
         description=__doc__ or "",
         redirect_slashes=False,
+        lifespan=lifespan,
     )
     app.state.hango_db = db
     app.state.hango_settings = settings

@@ -142,7 +142,7 @@ class Authenticate:
                     principal, found = await run_in_threadpool(principal_for, db, token), None
                 else:
                     cap = scope["app"].state.hango_settings.max_file_bytes
-                    principal, found = await run_in_threadpool(read_as, db, token, *target, cap)
+                    principal, found = await read_as(db, token, *target, cap)
             except (DatabaseError, psycopg.OperationalError) as exc:
                 await unavailable(exc)(scope, receive, send)
                 return

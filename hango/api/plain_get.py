@@ -4,7 +4,7 @@
 :class:`hango.api.deps.Authenticate`, which checks every token anyway, answers it itself: one
 call of the database function ``hango_read_file`` looks the token up and, as the token's tenant
 (row-level security applies), reads the file. One statement, one round trip (no BEGIN, no
-COMMIT), one hand-off to a worker thread, no routing and no dependencies.
+COMMIT), on the event loop (no hand-off to a worker thread), no routing and no dependencies.
 
 It answers only a ``200``, built by :func:`file_response`, as the route builds it. Anything else
 goes on to the route with the caller already known, and the route answers as it always has: no
@@ -15,6 +15,7 @@ An unknown, revoked or expired token is ``401`` here too: nothing is cached betw
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from fastapi import HTTPException
@@ -74,16 +75,27 @@ def plain_get(scope: Scope) -> tuple[str, str] | None:
         return None
 
 
-def read_as(db: Database, token: str, agent_id: str, path: str,
-            cap: int) -> tuple[Principal | None, FileData | None]:
-    """Who ``token`` is and, as that tenant, ``path`` of agent ``agent_id``: one statement.
+READ_FILE = "SELECT * FROM hango_read_file(%s, %s, %s, %s)"
+
+
+async def read_as(db: Database, token: str, agent_id: str, path: str,
+                  cap: int) -> tuple[Principal | None, FileData | None]:
+    """Who ``token`` is and, as that tenant, ``path`` of agent ``agent_id``: one statement, on
+    the event loop (:meth:`hango.db.Database.statement_async`).
 
     ``(None, None)``: the token is unknown, revoked or expired. ``(principal, None)``: the
     route must answer (no such file, over ``cap`` bytes, or not UTF-8).
     """
-    with db.statement() as conn:
-        row = conn.execute("SELECT * FROM hango_read_file(%s, %s, %s, %s)",
-                           [token_digest(token), agent_id, path, cap], binary=True).fetchone()
+    async with db.statement_async() as conn:
+        cursor = await conn.execute(READ_FILE, [token_digest(token), agent_id, path, cap],
+                                    binary=True)
+        row = await cursor.fetchone()
+    return found_file(path, cap, row)
+
+
+def found_file(path: str, cap: int, row: tuple[Any, ...] | None
+               ) -> tuple[Principal | None, FileData | None]:
+    """What :data:`READ_FILE`'s row says: see :func:`read_as`."""
     if row is None:
         return None, None
     tenant_id, role, content, version, size = row

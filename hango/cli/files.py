@@ -6,15 +6,13 @@ import argparse
 import os
 from pathlib import Path
 
-import httpx
-
 from hango.cli.common import CliError, say
 from hango.settings import Settings
 
 
 def cmd_files(args: argparse.Namespace, settings: Settings) -> int:
     """Push a local folder to an agent's files, or pull them, through the files API."""
-    from hango.api.client import FilesClient
+    from hango.api.client import FilesClient, Unreachable
     from hango.api.sync import pull, push
 
     token = args.token or os.environ.get("HANGO_TOKEN")
@@ -27,7 +25,7 @@ def cmd_files(args: argparse.Namespace, settings: Settings) -> int:
                 report = push(client, Path(args.local), args.remote)
             else:
                 report = pull(client, args.remote, Path(args.local))
-        except httpx.TransportError as exc:
+        except Unreachable as exc:
             raise CliError(f"cannot reach the files API at {url} ({exc}); is `hango serve` "
                            "running? (--url)") from None
     for line in report.lines():

@@ -1,0 +1,97 @@
+"""hango's own HTTP client (``hango.api.client``) against the real server: one kept-alive
+connection, opened again whenever the server has closed it, and a clear error when no server
+answers. (What each call means is in test_api.py; this is the connection under it.)"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import uvicorn
+
+from hango.agents import AgentConfig, create_tenant, create_token, save_agent
+from hango.api.app import create_app
+from hango.api.client import ApiError, FilesClient, Unreachable
+from hango.db import Database
+
+KEEP_ALIVE = 0.3  # seconds: the server below closes a connection idle for longer
+
+
+@pytest.fixture(scope="module")
+def quick_server(db: Database) -> Iterator[str]:
+    """The files API on a uvicorn that closes idle connections after KEEP_ALIVE s (its default
+    is 5 s: a learner pausing between two notebook cells meets it)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(db), log_level="warning",
+                                           timeout_keep_alive=KEEP_ALIVE))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.005)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
+
+
+def _owner(db: Database) -> str:
+    tenant = create_tenant(db, "client-" + uuid.uuid4().hex[:12])
+    save_agent(db, tenant, "a1", AgentConfig())
+    return create_token(db, tenant, "owner")
+
+
+def test_a_connection_the_server_closed_while_idle_is_opened_again(
+        db: Database, quick_server: str) -> None:
+    with FilesClient(quick_server, _owner(db), "a1") as files:
+        assert files.write("/notes/x.md", "one") == 1
+        first = files._http.conn.sock
+        assert first is not None
+        deadline = time.monotonic() + 30
+        while not select.select([first], [], [], 0.05)[0]:  # the server's close arrives
+            assert time.monotonic() < deadline, "the server never closed the idle connection"
+        assert files.read_versioned("/notes/x.md") == ("one", 1)
+        assert files._http.conn.sock is not first  # a new connection, the closed one dropped
+        assert files.write("/notes/x.md", "two", if_version=1) == 2  # and it is kept alive
+        assert files.read("/notes/x.md") == "two"
+
+
+def test_a_refusal_that_closes_the_connection_leaves_the_client_usable(
+        db: Database, api_url: str) -> None:
+    too_big = "x" * (db.settings.max_body_bytes + 1)
+    with FilesClient(api_url, _owner(db), "a1") as files:
+        with pytest.raises(ApiError) as refused:
+            files.write("/notes/big.md", too_big)  # 413 with Connection: close
+        assert refused.value.status == 413 and "HANGO_MAX_BODY_BYTES" in refused.value.message
+        assert files.write("/notes/ok.md", "ok") == 1
+
+
+def test_json_bodies_and_query_strings_keep_their_text(db: Database, api_url: str) -> None:
+    with FilesClient(api_url, _owner(db), "a1") as files:
+        files.write("/notes/fr é.md", "Réponds en français 🙂")
+        files.write("/notes/other.txt", "")
+        assert files.edit("/notes/fr é.md", "français 🙂", "日本語") == 2
+        assert files.read("/notes/fr é.md") == "Réponds en 日本語"
+        assert files.glob("/notes/*é.md") == ["/notes/fr é.md"]
+        assert [e.path for e in files.iter_ls("/notes", limit=1)] == [
+            "/notes/fr é.md", "/notes/other.txt"]
+
+
+def test_no_server_is_unreachable_naming_the_address() -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]  # bound, not listening: the connection is refused
+        with (FilesClient(f"http://127.0.0.1:{port}/", "t", "a1", timeout=5) as files,
+              pytest.raises(Unreachable, match=f"no answer from http://127.0.0.1:{port}")):
+            files.read("/notes/x.md")
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8765", "ftp://127.0.0.1", "http://"])
+def test_a_base_url_that_is_not_http_is_refused_naming_it(url: str) -> None:
+    with pytest.raises(ValueError, match="base_url must be http://host"):
+        FilesClient(url, "t", "a1")
