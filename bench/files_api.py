@@ -9,7 +9,8 @@ below), so that load from other processes lands on all of them alike:
 - ``db statement``: what the API's GET asks of the database, called in-process: a pooled
   connection, ``hango_read_file`` (the token and the file in one statement), the decode (the
   API runs it on its event loop, ``Database.statement_async``; here it runs on the caller's);
-- ``GET, hango client``: ``FilesClient.read`` (httpx, keep-alive), as a user's code reads a file;
+- ``GET, hango client``: ``FilesClient.read`` (``http.client``, keep-alive), as a user's code
+  reads a file;
 - ``GET, socket client``: the same request from a plain-socket keep-alive client, which costs
   next to nothing: the server's own cost;
 - ``GET via route``: the same GET with a query string, which the plain-GET path leaves to the

@@ -17,7 +17,6 @@ import asyncio
 import hashlib
 import select
 import threading
-import weakref
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from importlib import resources
@@ -92,8 +91,7 @@ class Database:
             name="hango",
         )
         # statement_async's pools, one per event loop (a pool belongs to the loop it runs on)
-        self._async_pools: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = weakref.WeakKeyDictionary()
+        self._async_pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = {}
 
     def _check(self, conn: psycopg.Connection[Any]) -> None:
         """Check a pooled connection before it is handed out. When one is dead, the server has
@@ -103,7 +101,7 @@ class Database:
 
         First without a round trip: an idle connection has nothing to read, while one the server
         has closed (a restart sends an error, then end-of-file) has. Only then is it pinged."""
-        if not conn.closed and not select.select([conn.fileno()], [], [], 0)[0]:
+        if not conn.closed and not readable(conn.fileno()):
             return
         try:
             ConnectionPool.check_connection(conn)
@@ -122,7 +120,7 @@ class Database:
 
     async def _check_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """:meth:`_check` for :meth:`statement_async`'s pools."""
-        if not conn.closed and not select.select([conn.fileno()], [], [], 0)[0]:
+        if not conn.closed and not readable(conn.fileno()):
             return
         try:
             await AsyncConnectionPool.check_connection(conn)
@@ -208,7 +206,8 @@ class Database:
         """:meth:`statement` for code on an event loop, with no hand-off to a worker thread (the
         files API's plain GET, where the hand-off cost as much as the statement). The same role,
         autocommit and timeout (``pool.timeout``), from a pool of the running loop, opened on
-        first use and closed by :meth:`close_async`."""
+        first use. Only for a loop that calls :meth:`close_async` before it ends (the API's
+        lifespan does): a pool holds its connections until it is closed."""
         if self.pool.closed:  # closed by close(): no pool of this database hands out more
             raise DatabaseError(f"database unavailable: the pool {self.pool.name!r} is closed")
         loop = asyncio.get_running_loop()
@@ -254,6 +253,14 @@ class Database:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def readable(fd: int) -> bool:
+    """Whether ``fd`` has something to read now (``poll``: any descriptor number, unlike
+    ``select``, which refuses one of 1024 or more)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _schema_version(conn: psycopg.Connection[Any], in_transaction: bool = False) -> str | None:

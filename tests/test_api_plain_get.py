@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from starlette.testclient import TestClient
 
 from hango.agents import (
     create_tenant,
@@ -206,3 +207,24 @@ def test_a_plain_get_with_the_database_away_is_503(db: Database) -> None:
         stop()
     assert status == 503 and body.startswith(b'{"detail":"database unavailable')
     assert b"retry-after: 5" in [h.lower() for h in headers]
+
+
+def test_a_loop_that_never_runs_the_apps_lifespan_is_left_no_pool(db: Database) -> None:
+    """A ``TestClient`` used outside ``with`` runs every request on a loop of its own and never
+    the app's lifespan, which closes the loop's pool: there the plain GET goes to a worker
+    thread, and no pool (with its connections) is left behind per request. Inside ``with``,
+    the loop's pool is opened, and closed when the lifespan ends."""
+    tenant = _tenant(db, "a1")
+    PostgresBackend(db, tenant, "a1").write("/notes/x.md", "x")
+    auth = {"Authorization": f"Bearer {create_token(db, tenant, 'member')}"}
+    url = "/v1/agents/a1/files/notes/x.md"
+    app = create_app(db)
+    before = set(db._async_pools)
+    outside = TestClient(app)
+    for _ in range(5):
+        assert outside.get(url, headers=auth).text == "x"
+    assert set(db._async_pools) == before
+    with TestClient(app) as inside:
+        assert inside.get(url, headers=auth).text == "x"
+        assert len(set(db._async_pools) - before) == 1
+    assert set(db._async_pools) == before

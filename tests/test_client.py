@@ -4,6 +4,7 @@ answers. (What each call means is in test_api.py; this is the connection under i
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import threading
@@ -15,7 +16,7 @@ import pytest
 import uvicorn
 
 from hango.agents import AgentConfig, create_tenant, create_token, save_agent
-from hango.api.app import create_app
+from hango.api.app import create_app, serve_in_thread
 from hango.api.client import ApiError, FilesClient, Unreachable
 from hango.db import Database
 
@@ -61,14 +62,62 @@ def test_a_connection_the_server_closed_while_idle_is_opened_again(
         assert files.read("/notes/x.md") == "two"
 
 
-def test_a_refusal_that_closes_the_connection_leaves_the_client_usable(
-        db: Database, api_url: str) -> None:
-    too_big = "x" * (db.settings.max_body_bytes + 1)
-    with FilesClient(api_url, _owner(db), "a1") as files:
+@pytest.mark.parametrize("size", [1, 8 << 20])  # over the limit by a byte, and by 7 MiB
+def test_a_refusal_before_the_body_is_read_is_the_servers_answer(
+        db: Database, api_url: str, size: int) -> None:
+    """The server answers 413 (or 401) from the headers and closes the connection while the
+    client is still sending a large body: the client reads that answer, then goes on."""
+    too_big = "x" * (db.settings.max_body_bytes + size)
+    owner = _owner(db)
+    with FilesClient(api_url, owner, "a1") as files:
         with pytest.raises(ApiError) as refused:
             files.write("/notes/big.md", too_big)  # 413 with Connection: close
         assert refused.value.status == 413 and "HANGO_MAX_BODY_BYTES" in refused.value.message
         assert files.write("/notes/ok.md", "ok") == 1
+    with FilesClient(api_url, "not-a-token", "a1") as stranger, \
+            pytest.raises(ApiError) as refused:
+        stranger.write("/notes/big.md", too_big)
+    assert refused.value.status == 401
+
+
+def test_threads_sharing_a_client_take_turns(db: Database, api_url: str) -> None:
+    with FilesClient(api_url, _owner(db), "a1") as files:
+        files.write("/notes/x.md", "shared")
+        errors: list[BaseException] = []
+
+        def reader() -> None:
+            try:
+                for _ in range(50):
+                    assert files.read("/notes/x.md") == "shared"
+            except BaseException as exc:  # reported below, in the test's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=reader) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+
+
+def test_descriptors_over_1024_are_no_problem(db: Database) -> None:
+    """``select()`` refuses a file descriptor of 1024 or more; a server or a notebook with many
+    files open has them. The client's and the pool's checks of an idle connection must not."""
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        url, stop = serve_in_thread(create_app(db))  # its loop's pool: descriptors over 1100
+        try:
+            with FilesClient(url, _owner(db), "a1") as files:
+                files.write("/notes/x.md", "many files open")
+                assert files._http.conn.sock is not None
+                assert files._http.conn.sock.fileno() > 1024
+                for _ in range(3):  # the 2nd and 3rd reuse both connections: both are checked
+                    assert files.read("/notes/x.md") == "many files open"
+        finally:
+            stop()
+    finally:
+        for fd in held:
+            os.close(fd)
 
 
 def test_json_bodies_and_query_strings_keep_their_text(db: Database, api_url: str) -> None:

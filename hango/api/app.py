@@ -36,6 +36,7 @@ Bounds (issue 10):
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -134,7 +135,9 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.hango_loop = asyncio.get_running_loop()  # its plain GETs may pool on it
         yield
+        app.state.hango_loop = None
         opened: Database | None = app.state.hango_db
         if opened is not None:
             await opened.close_async()  # the plain GET's pool on this server's loop
@@ -148,6 +151,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     )
     app.state.hango_db = db
     app.state.hango_settings = settings
+    app.state.hango_loop = None  # the loop the lifespan runs on (deps.Authenticate)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Authenticate)  # outermost: no body is read before the token is checked
     for module in (files, agents, runs):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import select
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 from hango.agents import AgentConfig
+from hango.db import readable
 from hango.fs.backend import Page
 
 
@@ -63,7 +64,7 @@ class Response:
 class _Connection:
     """One kept-alive HTTP/1.1 connection to ``base_url``, opened again when the server has
     closed it (an idle connection with something to read has been closed: uvicorn closes them
-    after 5 s of silence)."""
+    after 5 s of silence). One request at a time: threads sharing a client take turns."""
 
     def __init__(self, base_url: str, headers: dict[str, str], timeout: float) -> None:
         url = urlsplit(base_url)
@@ -75,28 +76,36 @@ class _Connection:
         self.prefix = url.path.rstrip("/")
         self.headers = headers
         self.conn = kind(url.hostname, url.port, timeout=timeout)
+        self.lock = threading.Lock()
 
     def request(self, method: str, target: str, body: bytes | None,
                 headers: dict[str, str]) -> Response:
         """One request and its whole answer. ``http.client`` sends the head and a body in one
         write (so Nagle's algorithm never holds a part back) and opens a closed connection."""
-        sock = self.conn.sock
-        if sock is not None and select.select([sock], [], [], 0)[0]:
-            self.conn.close()  # closed by the server while idle
-        try:
-            self.conn.request(method, self.prefix + target, body,
-                              {**self.headers, **headers})
-            answer = self.conn.getresponse()
-            content = answer.read()
-        except (OSError, http.client.HTTPException) as exc:
-            self.conn.close()
-            raise Unreachable(f"no answer from {self.address}: {exc or type(exc).__name__}"
-                              ) from exc
+        with self.lock:
+            if self.conn.sock is not None and readable(self.conn.sock.fileno()):
+                self.conn.close()  # closed by the server while idle
+            try:
+                try:
+                    self.conn.request(method, self.prefix + target, body,
+                                      {**self.headers, **headers})
+                except OSError:
+                    if self.conn.sock is None:
+                        raise  # no connection at all
+                    # The server may have answered before the whole body was sent (413 over
+                    # the body limit, 401) and closed the connection: read that answer.
+                answer = self.conn.getresponse()
+                content = answer.read()
+            except (OSError, http.client.HTTPException) as exc:
+                self.conn.close()
+                raise Unreachable(f"no answer from {self.address}: "
+                                  f"{exc or type(exc).__name__}") from exc
         return Response(answer.status, {k.lower(): v for k, v in answer.getheaders()},
                         content, answer.reason)
 
     def close(self) -> None:
-        self.conn.close()
+        with self.lock:
+            self.conn.close()
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ becomes its HTTP status: a route lets the error rise instead of translating it i
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -142,7 +143,8 @@ class Authenticate:
                     principal, found = await run_in_threadpool(principal_for, db, token), None
                 else:
                     cap = scope["app"].state.hango_settings.max_file_bytes
-                    principal, found = await read_as(db, token, *target, cap)
+                    on_loop = scope["app"].state.hango_loop is asyncio.get_running_loop()
+                    principal, found = await read_as(db, token, *target, cap, on_loop=on_loop)
             except (DatabaseError, psycopg.OperationalError) as exc:
                 await unavailable(exc)(scope, receive, send)
                 return

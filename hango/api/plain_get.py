@@ -20,6 +20,7 @@ from urllib.parse import unquote_to_bytes
 
 from fastapi import HTTPException
 from fastapi.responses import PlainTextResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import Scope
 
@@ -78,19 +79,29 @@ def plain_get(scope: Scope) -> tuple[str, str] | None:
 READ_FILE = "SELECT * FROM hango_read_file(%s, %s, %s, %s)"
 
 
-async def read_as(db: Database, token: str, agent_id: str, path: str,
-                  cap: int) -> tuple[Principal | None, FileData | None]:
-    """Who ``token`` is and, as that tenant, ``path`` of agent ``agent_id``: one statement, on
-    the event loop (:meth:`hango.db.Database.statement_async`).
+async def read_as(db: Database, token: str, agent_id: str, path: str, cap: int, *,
+                  on_loop: bool) -> tuple[Principal | None, FileData | None]:
+    """Who ``token`` is and, as that tenant, ``path`` of agent ``agent_id``: one statement.
+
+    ``on_loop``: on the event loop (:meth:`hango.db.Database.statement_async`), for a loop whose
+    end closes its pool (the app's lifespan ran on it); otherwise in a worker thread, as for a
+    ``TestClient`` used outside ``with``, which runs each request on a loop of its own.
 
     ``(None, None)``: the token is unknown, revoked or expired. ``(principal, None)``: the
     route must answer (no such file, over ``cap`` bytes, or not UTF-8).
     """
-    async with db.statement_async() as conn:
-        cursor = await conn.execute(READ_FILE, [token_digest(token), agent_id, path, cap],
-                                    binary=True)
-        row = await cursor.fetchone()
+    args = [token_digest(token), agent_id, path, cap]
+    if on_loop:
+        async with db.statement_async() as conn:
+            row = await (await conn.execute(READ_FILE, args, binary=True)).fetchone()
+    else:
+        row = await run_in_threadpool(_read_in_thread, db, args)
     return found_file(path, cap, row)
+
+
+def _read_in_thread(db: Database, args: list[Any]) -> tuple[Any, ...] | None:
+    with db.statement() as conn:
+        return conn.execute(READ_FILE, args, binary=True).fetchone()
 
 
 def found_file(path: str, cap: int, row: tuple[Any, ...] | None
