@@ -39,7 +39,6 @@ import os
 import socket
 import statistics
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -47,13 +46,12 @@ from typing import Any
 
 import httpx
 import psycopg
-import uvicorn
 from starlette.concurrency import run_in_threadpool
 
 from hango.agents import create_tenant, create_token, drop_tenant, save_agent, token_digest
 from hango.api.app import create_app, serve_in_thread
 from hango.api.client import FilesClient
-from hango.api.plain_get import READ_FILE, found_file
+from hango.api.plain_get import found_file, read_row
 from hango.db import Database
 
 
@@ -96,23 +94,6 @@ async def bare(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/plain"), (b"content-length", b"2")]})
     await send({"type": "http.response.body", "body": b"ok"})
-
-
-def serve_bare() -> tuple[str, Callable[[], None]]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(bare, log_level="warning",
-                                           access_log=False, lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.005)
-
-    def stop() -> None:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-    return f"http://127.0.0.1:{sock.getsockname()[1]}", stop
 
 
 class SocketClient:
@@ -231,7 +212,7 @@ def main() -> None:
         path = "/bench/f0.md"
         url = "/v1/agents/api/files" + path
         lean, anonymous = SocketClient(base_url, token), SocketClient(base_url)
-        bare_url, stop_bare = serve_bare()
+        bare_url, stop_bare = serve_in_thread(bare, lifespan="off")
         stops.append(stop_bare)
         bare_lean, bare_httpx = SocketClient(bare_url), httpx.Client(base_url=bare_url)
         cap = db.settings.max_file_bytes
@@ -242,9 +223,7 @@ def main() -> None:
             assert row is not None and len(row[0]) == len(data)
 
         def db_statement() -> None:
-            with db.statement() as conn:
-                row = conn.execute(READ_FILE, [token_digest(token), "api", path, cap],
-                                   binary=True).fetchone()
+            row = read_row(db, [token_digest(token), "api", path, cap])
             found = found_file(path, cap, row)[1]
             assert found is not None and len(found.content) == len(data)
 

@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 
 from hango.agents import AgentConfig, create_tenant, create_token, save_agent
 from hango.api.app import create_app, serve_in_thread
@@ -27,18 +26,9 @@ KEEP_ALIVE = 0.3  # seconds: the server below closes a connection idle for longe
 def quick_server(db: Database) -> Iterator[str]:
     """The files API on a uvicorn that closes idle connections after KEEP_ALIVE s (its default
     is 5 s: a learner pausing between two notebook cells meets it)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(db), log_level="warning",
-                                           timeout_keep_alive=KEEP_ALIVE))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.005)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    url, stop = serve_in_thread(create_app(db), timeout_keep_alive=KEEP_ALIVE)
+    yield url
+    stop()
 
 
 def _owner(db: Database) -> str:

@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import psycopg
 import uvicorn
@@ -195,19 +196,21 @@ def worker_app() -> FastAPI:
 
 
 def serve_in_thread(
-    app: ASGIApp, host: str = "127.0.0.1", port: int = 0
+    app: ASGIApp, host: str = "127.0.0.1", port: int = 0, **uvicorn_options: Any
 ) -> tuple[str, Callable[[], None]]:
     """Serve ``app`` with uvicorn in a background thread; return ``(base_url, stop)``.
 
     ``port=0`` picks a free port. Notebooks and tests use this to get real HTTP on loopback
-    inside one process; ``hango serve`` is the standalone server.
+    inside one process; ``hango serve`` is the standalone server. ``uvicorn_options`` go to
+    ``uvicorn.Config`` (a test's short ``timeout_keep_alive``, a bench's ``lifespan="off"``).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP: asyncio sets NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server = uvicorn.Server(uvicorn.Config(app, **{"log_level": "warning", "access_log": False,
+                                                      **uvicorn_options}))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name=f"hango-api-{bound}")
     thread.start()

@@ -95,11 +95,13 @@ async def read_as(db: Database, token: str, agent_id: str, path: str, cap: int, 
         async with db.statement_async() as conn:
             row = await (await conn.execute(READ_FILE, args, binary=True)).fetchone()
     else:
-        row = await run_in_threadpool(_read_in_thread, db, args)
+        row = await run_in_threadpool(read_row, db, args)
     return found_file(path, cap, row)
 
 
-def _read_in_thread(db: Database, args: list[Any]) -> tuple[Any, ...] | None:
+def read_row(db: Database, args: list[Any]) -> tuple[Any, ...] | None:
+    """:data:`READ_FILE`'s row, in the calling thread (blocking): ``args`` as :func:`read_as`
+    builds them."""
     with db.statement() as conn:
         return conn.execute(READ_FILE, args, binary=True).fetchone()
 
