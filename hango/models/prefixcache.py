@@ -158,7 +158,7 @@ class PrefixTrace:
     tokens: int
     read: int  # the longest cached cut found
     cached: int  # the longest cut of this prompt, now written
-    changed_at: int | None  # first token that differs from the previous call's prompt
+    changed_at: int | None  # first token unlike the previous prompt's (None: it only grew)
 
 
 def _keys(model: str, tokens: Sequence[Token], cuts: Sequence[int]) -> list[str]:

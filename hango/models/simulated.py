@@ -519,7 +519,7 @@ class SimulatedModel:
         usage, read, cached = self.prefix_cache.price(model, started, tokens)
         previous, self._last_prompt = self._last_prompt, tokens
         same = None if previous is None else common_prefix(previous, tokens)
-        changed = None if same is None or same == len(tokens) == len(previous or ()) else same
+        changed = None if previous is None or same == len(previous) else same  # or only grew
         return self._answer(request, model, reply, usage, None,
                             PrefixTrace(model, started, len(tokens), read, cached, changed))
 
