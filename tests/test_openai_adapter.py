@@ -264,6 +264,30 @@ def test_a_resume_after_a_proposal_reads_the_interrupted_prefix(server: Server, 
     assert PostgresBackend(db, tenant, "a1").read("/memories/AGENTS.md").content == "- Tea.\n"
 
 
+def test_an_unreported_read_is_unknown_in_the_trace_metrics_and_http_answer(
+        server: Server, db: Database, tenant: str, telemetry_pair: Any) -> None:
+    """vLLM without --enable-prompt-tokens-details: no cache attribute, no read-ratio point and no
+    cache_read tokens counted, where a 0 would claim a miss; the run summary says null."""
+    from hango.agent.runs import summary
+
+    telemetry, exporter, reader = telemetry_pair
+    server.details = False
+    save_agent(db, tenant, "a1", AgentConfig())
+    result = Agent(db, tenant, "a1", model_for(server), telemetry=telemetry).run("hi")
+    [chat] = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+    attributes = dict(chat.attributes or {})
+    assert "gen_ai.usage.cache_read.input_tokens" not in attributes
+    assert "hango.cache.read_ratio" not in attributes
+    assert attributes["gen_ai.usage.input_tokens"] == result.usage.total_input_tokens > 0
+    metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics
+               for sm in rm.scope_metrics for m in sm.metrics}
+    assert "hango.cache.read_ratio" not in metrics
+    kinds = {dict(p.attributes)["hango.token.kind"] for p in metrics["hango.tokens"].data.data_points}
+    assert "cache_read" not in kinds and "input" in kinds
+    out = summary(result)
+    assert out["usage"][0]["cache_read_input_tokens"] is None and out["cache_read_ratio"] is None
+
+
 # --- faults: a clear model error naming the endpoint; the run failed, nothing raised -----------
 
 
