@@ -164,12 +164,11 @@ def test_memory_after_the_breakpoint_lands_after_the_tools_in_the_rendered_strea
     """The index assertion on this wire: a block after the system breakpoint is rendered after
     the tools, the base prompt and the skills index; a block before it, before the tools."""
     def start_of(request: Request, text: str) -> tuple[int, int]:
-        segments, at = rendered(chat_request(request)), 0
-        for segment in segments:
+        segments = rendered(chat_request(request))
+        for at, segment in enumerate(segments):
             joined = b"".join(t for t in segment.tokens if isinstance(t, bytes)).decode()
             if text in joined:
                 return at, [s.label for s in segments].index("tools")
-            at += 1
         raise AssertionError(f"{text!r} not rendered")
 
     memory_at, tools_at = start_of(FULL, "Likes tea.")
@@ -259,7 +258,7 @@ def test_a_resume_after_a_proposal_reads_the_interrupted_prefix(server: Server, 
     assert (resumed.status, resumed.text) == ("done", "Saved.")
     before, after = (r["body"] for r in server.received)
     assert after["messages"][:3] == before["messages"] + [after["messages"][2]]
-    assert after["messages"][3]["role"] == "tool" and "call_1" == after["messages"][3]["tool_call_id"]
+    assert after["messages"][3]["role"] == "tool" and after["messages"][3]["tool_call_id"] == "call_1"
     assert resumed.responses[0].usage.cache_read_input_tokens == len(rendered_tokens(before))
     assert PostgresBackend(db, tenant, "a1").read("/memories/AGENTS.md").content == "- Tea.\n"
 

@@ -5,10 +5,11 @@ this layer are about positions: memory lands after the system breakpoint, the sk
 it. ``Request.canonical()`` is the byte form a provider would see; the same inputs give the same
 bytes on every call, or the prompt cache can never hit.
 
-:func:`wire_request` renders a request as the Messages API body. It is the *only* renderer: the
-Anthropic adapter sends its result and the simulator prices its result, so the two agree by
-construction on every byte and every ``cache_control`` marker, and refuse the same requests with
-the same :class:`InvalidRequest` message (the provider's 400 text where it is known).
+:func:`wire_request` renders a request as the Messages API body. It is the only renderer of that
+wire: the Anthropic adapter sends its result and the simulator prices its result, so the two
+agree by construction on every byte and every ``cache_control`` marker, and refuse the same
+requests with the same :class:`InvalidRequest` message (the provider's 400 text where it is
+known). The Chat Completions wire has its own one renderer, :func:`hango.models.chat.chat_request`.
 """
 
 from __future__ import annotations
