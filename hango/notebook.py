@@ -53,22 +53,38 @@ def show_index(request: Request) -> None:
 
 
 def usage_rows(responses: Sequence[Response]) -> list[dict[str, object]]:
+    """One row per call; a read the provider did not report is ``None`` (unknown), not 0."""
     rows: list[dict[str, object]] = []
     for i, response in enumerate(responses, 1):
         u = response.usage
         reason = response.diagnostics.miss_reason if response.diagnostics else None
+        ratio = u.read_ratio
         rows.append({"call": i, "input": u.input_tokens, "cache_write": u.cache_creation_input_tokens,
-                     "cache_read": u.cache_read_input_tokens, "read_ratio": round(u.read_ratio, 3),
+                     "cache_read": u.cache_read_input_tokens, "prompt": u.total_input_tokens,
+                     "read_ratio": None if ratio is None else round(ratio, 3),
                      "miss_reason": reason or "-"})
     return rows
 
 
-def show_usage(responses: Sequence[Response]) -> None:
-    """Print one line per model call: uncached input, cache writes, cache reads, read ratio."""
-    print(f"{'call':>4} {'input':>7} {'write':>7} {'read':>7} {'ratio':>6}  why not read")
+def show_usage(responses: Sequence[Response], convention: str = "anthropic") -> None:
+    """Print one line per model call. ``"anthropic"``: uncached input, cache writes, cache
+    reads, read ratio, why not read. ``"openai"``: the whole prompt, the cached part inside it,
+    paid writes, read ratio. An unreported read shows as ``?``."""
+    def known(value: object, width: int, digits: str = "") -> str:
+        return f"{'?':>{width}}" if value is None else f"{value:>{width}{digits}}"
+
+    openai = convention == "openai"
+    print(f"{'call':>4} {'prompt' if openai else 'input':>7} "
+          f"{'cached' if openai else 'write':>7} {'write' if openai else 'read':>7} "
+          f"{'ratio':>6}" + ("" if openai else "  why not read"))
     for row in usage_rows(responses):
-        print(f"{row['call']:>4} {row['input']:>7} {row['cache_write']:>7} "
-              f"{row['cache_read']:>7} {row['read_ratio']:>6.3f}  {row['miss_reason']}")
+        if openai:
+            print(f"{row['call']:>4} {row['prompt']:>7} {known(row['cache_read'], 7)} "
+                  f"{row['cache_write']:>7} {known(row['read_ratio'], 6, '.3f')}")
+        else:
+            print(f"{row['call']:>4} {row['input']:>7} {row['cache_write']:>7} "
+                  f"{known(row['cache_read'], 7)} {known(row['read_ratio'], 6, '.3f')}  "
+                  f"{row['miss_reason']}")
 
 
 def show_warnings(result: RunResult) -> None:

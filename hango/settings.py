@@ -91,8 +91,9 @@ class Settings(BaseSettings):
         "or a proposal an owner or admin decides.")
     proposals_max_pending: int = Field(default=20, ge=1, le=10_000)
     model: str = Field(default="hango-sim-1", min_length=1, description="The model of runs over "
-                       "HTTP: hango-sim-1 (offline) or a claude-* name (needs the anthropic extra "
-                       "and ANTHROPIC_API_KEY).")
+                       "HTTP: hango-sim-1 (offline), a claude-* name (needs the anthropic extra "
+                       "and ANTHROPIC_API_KEY) or openai:<model> (the openai extra; the server "
+                       "is OPENAI_BASE_URL, the key OPENAI_API_KEY).")
     run_max_seconds: float = Field(default=120.0, gt=0, le=3600)
 
     @field_validator("memory_default_sources", "skills_default_sources", mode="before")

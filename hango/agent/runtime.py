@@ -11,7 +11,9 @@ One run::
 
 A tool that raises gives the model an error result and the run goes on; a tool the allowlist
 lacks is refused and never executed. Only infrastructure failures (the database is down) end a
-run, with a :class:`hango.db.DatabaseError` that says so.
+run, with a :class:`hango.db.DatabaseError` that says so. A model that fails (its endpoint is
+down, it sent no usage or a malformed tool call: :class:`~hango.models.base.ModelError`) ends
+the run ``failed``, stop reason ``model_error``, with the error among its warnings.
 
 A tool may also raise :class:`~hango.agent.hooks.Interrupt` (an ask-mode write under a reserved
 prefix does): the call is not executed, the run's state is saved in PostgreSQL (``runs``), and
@@ -42,6 +44,7 @@ from hango.models.base import (
     Breakpoint,
     Message,
     Model,
+    ModelError,
     Request,
     Response,
     ToolCall,
@@ -73,7 +76,7 @@ class RunResult:
 
     text: str
     run_id: str
-    stop_reason: str  # "final", "max_steps", "time_limit" or "interrupted"
+    stop_reason: str  # "final", "max_steps", "time_limit", "model_error" or "interrupted"
     messages: list[Message]
     requests: list[Request] = field(default_factory=list)  # exactly what the model received
     responses: list[Response] = field(default_factory=list)
@@ -92,11 +95,7 @@ class RunResult:
     def usage(self) -> Usage:
         total = Usage()
         for r in self.responses:
-            u = r.usage
-            total = Usage(total.input_tokens + u.input_tokens,
-                          total.cache_creation_input_tokens + u.cache_creation_input_tokens,
-                          total.cache_read_input_tokens + u.cache_read_input_tokens,
-                          total.output_tokens + u.output_tokens)
+            total += r.usage
         return total
 
     def __getattr__(self, name: str) -> Any:
@@ -262,7 +261,14 @@ class Agent:
                     frozen = (request.system, request.breakpoints)
                 else:  # a resumed run keeps the system blocks it started with (byte-identical)
                     request = replace(request, system=frozen[0], breakpoints=frozen[1])
-                response = stack.call_model(ctx, request, innermost)
+                try:
+                    response = stack.call_model(ctx, request, innermost)
+                except ModelError as exc:
+                    if saved is not None:
+                        raise  # a resume that meets it stays interrupted, resumable again
+                    result.stop_reason = "model_error"  # failed; the runs table keeps the outcome
+                    ctx.warn(str(exc))
+                    break
                 steps += 1
                 messages.append(Message("assistant", response.text,
                                         tool_calls=response.tool_calls))

@@ -51,9 +51,10 @@ class RunOut(BaseModel):
     status: Literal["done", "interrupted", "failed", "resuming"]
     stop_reason: str | None = None
     text: str = ""
-    usage: list[dict[str, int]] = Field(default_factory=list,
-                                        description="Token usage of each model call, in order.")
-    cache_read_ratio: float = 0.0
+    usage: list[dict[str, int | None]] = Field(
+        default_factory=list, description="Token usage of each model call, in order; "
+        "cache_read_input_tokens is null where the provider did not report it.")
+    cache_read_ratio: float | None = Field(default=0.0, description="null: not reported.")
     warnings: list[str] = Field(default_factory=list)
     proposal: dict[str, Any] | None = Field(default=None,
                                             description="What an interrupted run waits for.")
@@ -107,8 +108,16 @@ def _err(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 def model_from_settings(settings: Settings) -> Model:
-    """``HANGO_MODEL``: ``hango-sim-*`` (offline), or ``claude-*`` with the extra and a key."""
+    """``HANGO_MODEL``: ``hango-sim-*`` (offline), ``claude-*`` with the extra and a key, or
+    ``openai:<model>`` for any OpenAI-compatible server (``hango.models.openai``)."""
     name = settings.model
+    if name.startswith("openai:"):
+        try:
+            from hango.models.openai import from_setting
+        except ImportError:
+            raise SettingsError(f"HANGO_MODEL={name} needs the openai extra: "
+                                "pip install 'hango[openai]'") from None
+        return from_setting(name)
     if name.startswith("hango-sim"):
         return SimulatedModel(name, history=1)  # the last call only: a server runs for hours
     if name.startswith("claude"):
@@ -121,7 +130,8 @@ def model_from_settings(settings: Settings) -> Model:
             raise SettingsError(f"HANGO_MODEL={name} needs the anthropic extra: "
                                 "pip install 'hango[anthropic]'") from None
         return AnthropicModel(name)
-    raise SettingsError(f"HANGO_MODEL={name!r}: expected hango-sim-1 or a claude-* model name")
+    raise SettingsError(f"HANGO_MODEL={name!r}: expected hango-sim-1, a claude-* model name "
+                        "or openai:<model>")
 
 
 def _server_agent(request: Request, agent: _Agent, config: AgentConfig | None = None) -> Agent:

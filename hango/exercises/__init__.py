@@ -8,9 +8,9 @@ and run in CI, so a check and its solution cannot drift apart.
 """
 
 
-from hango.exercises import agents, basics, cache, review, skills  # registers every notebook's checks
+from hango.exercises import agents, basics, cache, prefix, review, skills  # registers every check
 from hango.exercises._core import EXERCISES, Exercise, NotYet, check, exercise, measured
 from hango.exercises.basics import below_minimum
 
 __all__ = ["EXERCISES", "Exercise", "NotYet", "below_minimum", "check", "exercise", "measured"]
-_NOTEBOOKS = (basics, skills, cache, agents, review)  # imported for their @exercise registrations
+_NOTEBOOKS = (basics, skills, cache, agents, review, prefix)  # imported for their @exercise registrations

@@ -5,17 +5,20 @@ this layer are about positions: memory lands after the system breakpoint, the sk
 it. ``Request.canonical()`` is the byte form a provider would see; the same inputs give the same
 bytes on every call, or the prompt cache can never hit.
 
-:func:`wire_request` renders a request as the Messages API body. It is the *only* renderer: the
-Anthropic adapter sends its result and the simulator prices its result, so the two agree by
-construction on every byte and every ``cache_control`` marker, and refuse the same requests with
-the same :class:`InvalidRequest` message (the provider's 400 text where it is known).
+:func:`wire_request` renders a request as the Messages API body. It is the only renderer of that
+wire: the Anthropic adapter sends its result and the simulator prices its result, so the two
+agree by construction on every byte and every ``cache_control`` marker, and refuse the same
+requests with the same :class:`InvalidRequest` message (the provider's 400 text where it is
+known). The Chat Completions wire has its own one renderer, :func:`hango.models.chat.chat_request`.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
+
+from hango.errors import HangoError
 
 Tier = Literal["tools", "system", "messages"]
 Role = Literal["user", "assistant"]
@@ -92,11 +95,16 @@ class Request:
 
 @dataclass(frozen=True)
 class Usage:
-    """Token usage as a provider reports it. ``input_tokens`` is only the uncached tail."""
+    """Token usage as a provider reports it. ``input_tokens`` is only the uncached tail.
+
+    ``cache_read_input_tokens`` is ``None`` when the provider did not say what it read (an
+    OpenAI-compatible server that reports no ``prompt_tokens_details``): unknown, never 0. Then
+    ``input_tokens`` is the whole prompt and :attr:`read_ratio` is ``None`` too.
+    """
 
     input_tokens: int = 0
     cache_creation_input_tokens: int = 0
-    cache_read_input_tokens: int = 0
+    cache_read_input_tokens: int | None = 0
     output_tokens: int = 0
     # The part of ``cache_creation_input_tokens`` written with the 1-hour TTL (the provider's
     # ``usage.cache_creation.ephemeral_1h_input_tokens``); it is billed at 2x instead of 1.25x.
@@ -104,13 +112,27 @@ class Usage:
 
     @property
     def total_input_tokens(self) -> int:
-        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+        """The whole prompt: OpenAI's ``prompt_tokens`` (which counts the cached part inside)."""
+        return (self.input_tokens + self.cache_creation_input_tokens
+                + (self.cache_read_input_tokens or 0))
 
     @property
-    def read_ratio(self) -> float:
-        """``hango.cache.read_ratio``: read / (read + creation + input); 0 for an empty prompt."""
+    def read_ratio(self) -> float | None:
+        """``hango.cache.read_ratio``: read / (read + creation + input); 0 for an empty prompt,
+        ``None`` when the provider did not report what it read."""
+        if self.cache_read_input_tokens is None:
+            return None
         total = self.total_input_tokens
         return self.cache_read_input_tokens / total if total else 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        """The usage of two calls together; an unknown read makes the sum's read unknown."""
+        reads = (self.cache_read_input_tokens, other.cache_read_input_tokens)
+        return Usage(self.input_tokens + other.input_tokens,
+                     self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+                     None if None in reads else sum(r or 0 for r in reads),
+                     self.output_tokens + other.output_tokens,
+                     self.cache_creation_1h_input_tokens + other.cache_creation_1h_input_tokens)
 
 
 @dataclass(frozen=True)
@@ -150,6 +172,14 @@ class InvalidRequest(ValueError):
     """A request the provider would answer with 400. Raised before anything is sent or priced."""
 
 
+class ModelError(HangoError, RuntimeError):
+    """The model's endpoint failed, or answered what hango cannot use (no usage, a malformed
+    tool call). The message names the endpoint and what was wrong; a run that meets it ends
+    ``failed`` (a resume stays interrupted) instead of raising a traceback at its caller."""
+
+    status: ClassVar[int] = 502
+
+
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # a tool without arguments
 
 
@@ -185,6 +215,17 @@ def _marker(ttl: str) -> dict[str, Any]:
     return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
 
 
+def check_breakpoints(request: Request) -> None:
+    """A breakpoint index must be inside its tier: ``-1`` is refused, never read as "the last"."""
+    sizes = {"tools": len(request.tools), "system": len(request.system),
+             "messages": len(request.messages)}
+    for bp in request.breakpoints:
+        if not 0 <= bp.index < sizes[bp.tier]:
+            raise InvalidRequest(f"breakpoint {bp.tier}[{bp.index}] is outside the request "
+                                 f"({sizes[bp.tier]} {bp.tier}; an index counts from 0, "
+                                 "never from the end)")
+
+
 def wire_request(request: Request, model: str | None = None) -> dict[str, Any]:
     """The Messages API body for ``request`` (``messages.create`` keyword arguments).
 
@@ -198,13 +239,7 @@ def wire_request(request: Request, model: str | None = None) -> dict[str, Any]:
     - More than 4 markers, or a 1-hour marker after a 5-minute one (in ``tools → system →
       messages`` order), is the provider's 400, raised here as :class:`InvalidRequest`.
     """
-    sizes = {"tools": len(request.tools), "system": len(request.system),
-             "messages": len(request.messages)}
-    for bp in request.breakpoints:
-        if not 0 <= bp.index < sizes[bp.tier]:
-            raise InvalidRequest(f"breakpoint {bp.tier}[{bp.index}] is outside the request "
-                                 f"({sizes[bp.tier]} {bp.tier}; an index counts from 0, "
-                                 "never from the end)")
+    check_breakpoints(request)
     tools = [{"name": t.name, "description": t.description,
               "input_schema": t.parameters or dict(NO_PARAMETERS)} for t in request.tools]
     system: list[dict[str, Any]] = []

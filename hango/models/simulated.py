@@ -1,4 +1,9 @@
-"""``SimulatedModel``: an offline, deterministic model whose *usage* follows Anthropic's rules.
+"""``SimulatedModel``: an offline, deterministic model whose *usage* follows a provider's rules.
+
+Two caching regimes, chosen by ``SimulatedModel(caching=...)``: ``"explicit"`` (the default,
+described here: Anthropic's breakpoints, priced on the Messages API body) and ``"automatic"``
+(automatic prefix caching as OpenAI, vLLM and llama.cpp do it, priced on the Chat Completions
+body; :mod:`hango.models.prefixcache` documents its rules and assumptions).
 
 Why simulate? The lessons are about what a prompt layout costs: which blocks are read from the
 cache, which are written, and which are paid in full on every call. Those numbers come from the
@@ -104,8 +109,20 @@ from hango.models.base import (
     Usage,
     wire_request,
 )
+from hango.models.chat import chat_request
+from hango.models.prefixcache import (
+    OPENAI,
+    PrefixCache,
+    PrefixRules,
+    PrefixTrace,
+    Token,
+    common_prefix,
+    rendered_tokens,
+)
 
 TTL = Literal["5m", "1h"]
+Caching = Literal["explicit", "automatic"]
+CACHING: tuple[Caching, ...] = ("explicit", "automatic")
 Refresh = Literal["all", "longest"]
 REFRESH_ALL: Refresh = "all"  # a read refreshes every entry any breakpoint found
 REFRESH_LONGEST: Refresh = "longest"  # a read refreshes only the entry it was billed from (A)
@@ -219,7 +236,7 @@ def cost(usage: Usage, model: str) -> float:
     one_hour = usage.cache_creation_1h_input_tokens
     five_min = usage.cache_creation_input_tokens - one_hour
     weighted = (usage.input_tokens + WRITE_5M * five_min + WRITE_1H * one_hour
-                + price.read * usage.cache_read_input_tokens)
+                + price.read * (usage.cache_read_input_tokens or 0))
     return (price.input * weighted + price.output * usage.output_tokens) / 1_000_000
 
 
@@ -419,6 +436,10 @@ class SimulatedModel:
 
     ``refresh`` is the open rule of which entries a read refreshes (module docstring, assumption
     11): ``"longest"`` (the default) or ``"all"``.
+
+    ``caching="automatic"`` prices the Chat Completions body ``OpenAIModel`` sends under
+    automatic prefix caching instead, with ``rules`` (:class:`~hango.models.prefixcache.PrefixRules`,
+    default OpenAI's); its per-call record is ``prefix_traces`` (``traces`` stays empty).
     """
 
     provider = "hango-sim"
@@ -433,7 +454,11 @@ class SimulatedModel:
         store: CacheStore | None = None,
         refresh: Refresh = DEFAULT_REFRESH,
         history: int | None = None,
+        caching: Caching = "explicit",
+        rules: PrefixRules = OPENAI,
     ) -> None:
+        if caching not in CACHING:
+            raise ValueError(f"caching must be 'explicit' or 'automatic', not {caching!r}")
         if isinstance(policy, str):
             raise TypeError("a script is a list of replies, not one string")
         if refresh not in (REFRESH_ALL, REFRESH_LONGEST):
@@ -458,17 +483,24 @@ class SimulatedModel:
         self._answered = 0
         self.calls: list[tuple[Request, Response]] = []
         self.traces: list[CacheTrace] = []
+        self.caching = caching
+        self.prefix_cache = PrefixCache(rules)
+        self.prefix_traces: list[PrefixTrace] = []
+        self._last_prompt: list[Token] | None = None
+
+    @property
+    def rules(self) -> PrefixRules:
+        return self.prefix_cache.rules
 
     def complete(self, request: Request) -> Response:
         started = self.clock()
         model = request.model or self.name
+        if self.caching == "automatic":
+            return self._complete_automatic(request, model, started)
         # The body AnthropicModel would send; a request it would refuse fails here, unchanged.
         pos, marks = wire_positions(wire_request(request, model))
-        if request.max_tokens == 0:  # pre-warm: write the cache, generate nothing
-            reply, stop = Reply(), "max_tokens"
-        else:
-            reply = self._reply(request)
-            stop = "tool_use" if reply.tool_calls else "end_turn"
+        # max_tokens=0 is a pre-warm: write the cache, generate nothing
+        reply = Reply() if request.max_tokens == 0 else self._reply(request)
         prev = self.traces[-1] if self.traces else None
         # Was the previous call's cache still alive when this call started? (Asked before this
         # call rewrites the store, to tell "expired" from "outside_lookback".)
@@ -478,16 +510,38 @@ class SimulatedModel:
         diagnostics = None  # no breakpoint: caching was not asked for, so there is no verdict
         if marks:
             diagnostics = self._diagnose(trace, usage, prev, prev_alive)
+        return self._answer(request, model, reply, usage, diagnostics, trace)
+
+    def _complete_automatic(self, request: Request, model: str, started: float) -> Response:
+        """The automatic prefix regime: price the Chat Completions body (refusing what it refuses)."""
+        tokens = rendered_tokens(chat_request(request, model))
+        reply = Reply() if request.max_tokens == 0 else self._reply(request)
+        usage, read, cached = self.prefix_cache.price(model, started, tokens)
+        previous, self._last_prompt = self._last_prompt, tokens
+        same = None if previous is None else common_prefix(previous, tokens)
+        changed = None if previous is None or same == len(previous) else same  # or only grew
+        return self._answer(request, model, reply, usage, None,
+                            PrefixTrace(model, started, len(tokens), read, cached, changed))
+
+    def _answer(self, request: Request, model: str, reply: Reply, usage: Usage,
+                diagnostics: CacheDiagnostics | None, trace: CacheTrace | PrefixTrace) -> Response:
+        """Count the output, keep the call (and its trace) within ``history``, answer."""
+        stop = ("max_tokens" if request.max_tokens == 0
+                else "tool_use" if reply.tool_calls else "end_turn")
         out = count_tokens(reply.text) + sum(
             count_tokens(_canonical({"name": c.name, "input": c.arguments}))
             for c in reply.tool_calls)
         response = Response(reply.text, reply.tool_calls, replace(usage, output_tokens=out),
                             model=model, stop_reason=stop, diagnostics=diagnostics)
         self.calls.append((request, response))
-        self.traces.append(trace)
+        if isinstance(trace, PrefixTrace):
+            self.prefix_traces.append(trace)
+        else:
+            self.traces.append(trace)
         self._answered += 1
         if self.history is not None:
             del self.calls[:-self.history], self.traces[:-self.history]
+            del self.prefix_traces[:-self.history]
         return response
 
     def _alive(self, model: str, key: str, now: float) -> bool:
@@ -536,7 +590,7 @@ class SimulatedModel:
     def _diagnose(self, trace: CacheTrace, usage: Usage, prev: CacheTrace | None,
                   prev_alive: bool) -> CacheDiagnostics:
         """Why this call did not read more, judged against the previous call (assumption 10)."""
-        read = usage.cache_read_input_tokens
+        read = usage.cache_read_input_tokens or 0  # the simulator always knows what it read
         if trace.last_eligible is None:
             return CacheDiagnostics("below_minimum", max(0, prev.cached - read) if prev else 0)
         if read == trace.cached:
@@ -579,19 +633,21 @@ class SimulatedModel:
 
 def replay(calls: Sequence[tuple[float, Request, Response]], *, name: str = "hango-sim-1",
            refresh: Refresh = DEFAULT_REFRESH, min_cacheable: int | None = None,
-           ) -> list[Response]:
+           caching: Caching = "explicit", rules: PrefixRules = OPENAI) -> list[Response]:
     """Price recorded calls again, each at a new start time, on a fresh cache.
 
     ``calls`` are ``(start seconds, request, recorded response)``. The requests of a scripted
-    run do not depend on the clock, so one recorded conversation can be priced at any pace and
-    under either refresh reading. The replies (and so the output tokens) are the recorded ones.
+    run do not depend on the clock, so one recorded conversation can be priced at any pace,
+    under either refresh reading, and under either caching regime (the same requests, two
+    columns). The replies (and so the output tokens) are the recorded ones.
     """
     starts = [start for start, _, _ in calls]
     if starts != sorted(starts):
         raise ValueError("replay: start times must not go backwards")
     now = [0.0]
     model = SimulatedModel(name, policy=[Reply(r.text, r.tool_calls) for _, _, r in calls],
-                           clock=lambda: now[0], min_cacheable=min_cacheable, refresh=refresh)
+                           clock=lambda: now[0], min_cacheable=min_cacheable, refresh=refresh,
+                           caching=caching, rules=rules)
     out = []
     for start, request, _ in calls:
         now[0] = start

@@ -179,9 +179,11 @@ class Telemetry:
                    "cache_read": usage.cache_read_input_tokens,
                    "output": usage.output_tokens}
         for kind, count in by_kind.items():  # zeros too: every series exists from the first call
-            self._tokens.add(count, {ATTR_TOKEN_KIND: kind, GEN_AI_REQUEST_MODEL: model})
-        if usage.total_input_tokens:  # an empty prompt has no ratio worth plotting
-            self._cache_read_ratio.record(usage.read_ratio, {GEN_AI_REQUEST_MODEL: model})
+            if count is not None:  # a read the provider did not report is not counted as 0
+                self._tokens.add(count, {ATTR_TOKEN_KIND: kind, GEN_AI_REQUEST_MODEL: model})
+        ratio = usage.read_ratio
+        if usage.total_input_tokens and ratio is not None:  # nothing worth plotting otherwise
+            self._cache_read_ratio.record(ratio, {GEN_AI_REQUEST_MODEL: model})
 
     def tool_span(self, name: str, call_id: str) -> AbstractContextManager[Span]:
         """``execute_tool {name}`` (GenAI execute-tool span, kind INTERNAL)."""
