@@ -171,10 +171,13 @@ def emit(tel: t.Telemetry) -> None:
             tel.record_chat(
                 span,
                 Response(
-                    "ok", usage=usage, model="claude-test", diagnostics=CacheDiagnostics("messages_changed")
+                    "ok", usage=usage, model="claude-test", diagnostics=CacheDiagnostics("messages_changed"),
+                    id="msg_1",
                 ),
                 model="claude-test",
                 attributes={"hango.memory.bytes": 2048, "hango.skills.count": 3},
+                provider="anthropic",
+                request=request,
             )
             with tel.tool_span("read_file", "toolu_1"):
                 pass
@@ -183,6 +186,8 @@ def emit(tel: t.Telemetry) -> None:
             "hango.skills.count": 3, "hango.skills.invalid": 1})
 
 
+# Every instrument but the cache-miss counter: emit()'s call reads 900 of its 1000 input tokens.
+EMITTED = {spec.name for spec in t.INSTRUMENTS} - {t.METRIC_CACHE_MISSES}
 EXPECTED_SPANS = {
     t.SPAN_RUN,
     t.SPAN_BEFORE_RUN,
@@ -254,15 +259,16 @@ def test_otlp_mode_exports_spans_and_metrics(receiver: Receiver) -> None:
     assert attributes(tool.attributes)["gen_ai.tool.call.id"] == "toolu_1"
 
     got = receiver.metrics()
-    assert set(got) == {spec.name for spec in t.INSTRUMENTS}
-    for spec in t.INSTRUMENTS:
+    assert set(got) == EMITTED
+    for spec in (s for s in t.INSTRUMENTS if s.name in EMITTED):
         metric = got[spec.name]
         assert metric.unit == spec.unit, spec.name
         data = metric.WhichOneof("data")
         assert data == {"counter": "sum", "histogram": "histogram", "gauge": "gauge"}[spec.kind]
         if spec.kind == "histogram":
-            (dp,) = metric.histogram.data_points
-            assert tuple(dp.explicit_bounds) == spec.buckets
+            assert metric.histogram.data_points
+            for dp in metric.histogram.data_points:
+                assert tuple(dp.explicit_bounds) == spec.buckets
             assert metric.histogram.aggregation_temporality == (
                 AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
             )  # what Prometheus wants
@@ -275,6 +281,9 @@ def test_otlp_mode_exports_spans_and_metrics(receiver: Receiver) -> None:
     (ratio,) = got[t.METRIC_CACHE_READ_RATIO].histogram.data_points
     assert ratio.count == 1 and ratio.sum == pytest.approx(0.9)
     assert [dp.as_int for dp in got[t.METRIC_SKILLS_INDEXED].gauge.data_points] == [3]
+    usage = {attributes(dp.attributes)[t.GEN_AI_TOKEN_TYPE]: dp.sum
+             for dp in got[t.METRIC_GEN_AI_TOKEN_USAGE].histogram.data_points}
+    assert usage == {"input": 1000, "output": 40}  # the conventions' input includes the cache
 
 
 def test_langfuse_mode_sends_every_hango_span_with_basic_auth(receiver: Receiver) -> None:
@@ -322,7 +331,7 @@ def test_langfuse_and_collector_together(receiver: Receiver) -> None:
     assert set(receiver.spans(t.LANGFUSE_OTEL_TRACES_PATH)) == EXPECTED_SPANS
     plain = [r for r in receiver.requests if r.path == "/v1/traces"]
     assert plain and all("authorization" not in {k.lower() for k in r.headers} for r in plain)
-    assert set(receiver.metrics()) == {spec.name for spec in t.INSTRUMENTS}
+    assert set(receiver.metrics()) == EMITTED
 
 
 def test_backend_down_never_fails_a_run(caplog: pytest.LogCaptureFixture) -> None:
@@ -407,7 +416,7 @@ def test_otlp_metrics_only(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) 
     finally:
         c.shutdown()
     assert {r.path for r in receiver.requests} == {"/v1/metrics"}
-    assert set(receiver.metrics()) == {spec.name for spec in t.INSTRUMENTS}
+    assert set(receiver.metrics()) == EMITTED
     body = receiver.bodies("/v1/metrics")[0]
     (rm,) = ExportMetricsServiceRequest.FromString(body).resource_metrics
     assert attributes(rm.resource.attributes)["service.name"] == "from-the-env"

@@ -96,7 +96,8 @@ def langfuse_headers(public_key: str, secret_key: str) -> dict[str, str]:
     return {"Authorization": f"Basic {token}", "x-langfuse-ingestion-version": "4"}
 
 
-def otlp_endpoints(base: str | None = None) -> dict[str, str | None]:
+def otlp_endpoints(base: str | None = None,
+                   signals: Sequence[str] = SIGNALS) -> dict[str, str | None]:
     """Where ``otlp`` mode sends each signal (``None``: that signal is off).
 
     Per signal: ``OTEL_<SIGNAL>_EXPORTER=none`` turns it off; else
@@ -107,7 +108,7 @@ def otlp_endpoints(base: str | None = None) -> dict[str, str | None]:
     """
     out: dict[str, str | None] = {}
     root = (base or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or DEFAULT_OTLP_ENDPOINT)
-    for signal in SIGNALS:
+    for signal in signals:
         for var in ("OTEL_EXPORTER_OTLP_PROTOCOL", f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"):
             if os.environ.get(var, "http/protobuf") != "http/protobuf":
                 raise ValueError(f"{var}={os.environ[var]!r}: hango exports OTLP over "
@@ -115,8 +116,8 @@ def otlp_endpoints(base: str | None = None) -> dict[str, str | None]:
         var = f"OTEL_{signal.upper()}_EXPORTER"
         exporters = {e.strip() for e in os.environ.get(var, "otlp").split(",") if e.strip()}
         if exporters - {"otlp", "none"}:
-            raise ValueError(f"{var}={os.environ[var]!r}: configure('otlp') supports "
-                             "'otlp' or 'none'")
+            raise ValueError(f"{var}={os.environ[var]!r}: hango exports with 'otlp' or "
+                             "'none'")
         if "none" in exporters or not exporters:
             out[signal] = None
             continue
