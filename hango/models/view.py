@@ -35,6 +35,11 @@ MISS_REASONS: dict[str, str] = {
 }
 
 
+def miss_legend() -> str:
+    """Every reason of :data:`MISS_REASONS` with its words, one per line (the dashboard's key)."""
+    return "\n".join(f"{reason}: {why}" for reason, why in MISS_REASONS.items())
+
+
 def miss_reason(request: Request, response: Response) -> str | None:
     """Why ``response`` did not read (all of) its prefix from the cache; ``None`` on a full hit.
 
