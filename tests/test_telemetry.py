@@ -705,3 +705,16 @@ def test_otlp_endpoints_per_signal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc")
     with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_METRICS_PROTOCOL='grpc'"):
         t.otlp_endpoints()
+
+
+def test_importing_a_middleware_loads_no_sdk_and_no_exporter() -> None:
+    """Every middleware imports hango.telemetry; the SDK and exporters load only where a
+    configuration is built (setup, configured, server)."""
+    code = ("import sys, hango.agent.memory, hango.agent.skills, hango.agent.runtime\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', "
+            "'opentelemetry.exporter', 'langfuse', 'prometheus_client'))))\n"
+            "from hango.telemetry import configure\n"
+            "print('opentelemetry.sdk' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[]", "True"]  # and a configure() still finds the SDK

@@ -129,7 +129,7 @@ def _message_lines(message: dict[str, Any]) -> list[str]:
     for r in message["tool_results"]:
         lines.append(f"{head} result{' (error)' if r['is_error'] else ''} for {r['call_id']}: "
                      f"{r['content']}")
-    return lines
+    return [line.replace("\n", "\n      ") for line in lines]  # a text's next lines indented
 
 
 def render_reply(view: dict[str, Any]) -> str:

@@ -161,6 +161,7 @@ def configure(
     logger: logging.Logger | None = None,
     timeout_s: float = 5.0,
     metric_interval_ms: int = 5_000,
+    capture_content: bool | None = None,
 ) -> Configured:
     """Build SDK providers for one destination and a :class:`Telemetry` on them.
 
@@ -185,6 +186,8 @@ def configure(
       metrics); otherwise metrics stay in memory.
 
     The providers are not made global unless ``set_global`` (the API allows that once per process).
+    ``capture_content`` puts the prompt on the chat spans (:class:`Telemetry`; ``None``: the
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` switch, off unless set).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -287,7 +290,8 @@ def configure(
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
     return Configured(
-        mode=mode, telemetry=Telemetry(tracer_provider, meter_provider, logger),
+        mode=mode, telemetry=Telemetry(tracer_provider, meter_provider, logger,
+                                       capture_content=capture_content),
         tracer_provider=tracer_provider, meter_provider=meter_provider,
         span_exporter=span_exporter, metric_reader=metric_reader,
         destinations=tuple(destinations), message=message, exports=exports,
