@@ -37,7 +37,6 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                        "process would count only the requests it served")
     _say_telemetry(args)
     db = open_db(settings)  # starts the embedded server if needed, applies the schema once
-    served = None
     if host not in ("127.0.0.1", "localhost", "::1"):
         say(f"warning: serving on {host}: bearer tokens travel in clear over plain HTTP")
     say(f"hango files API on http://{host}:{port}  (docs: /docs; database: "
@@ -55,13 +54,12 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                         workers=workers, log_level=args.log_level)
             return 0
         app = create_app(db, settings)
-        served = with_server_telemetry(app, prometheus=args.metrics, log_level=args.log_level)
+        # The app's lifespan flushes it at shutdown: the last runs' spans reach the backend.
+        with_server_telemetry(app, prometheus=args.metrics, log_level=args.log_level)
         if args.metrics:  # Prometheus text format for a scraper on this machine (loopback only)
             say(f"metrics: http://{host}:{port}/metrics (loopback clients only)")
         uvicorn.run(app, host=host, port=port, log_level=args.log_level)
     finally:
-        if served is not None:
-            served.shutdown()  # flushes what is buffered: the last runs' spans reach the backend
         db.close()
     return 0
 
@@ -69,7 +67,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 def _say_telemetry(args: argparse.Namespace) -> None:
     """Where the server's telemetry goes; refuses a setting it cannot honour before serving."""
     from hango.telemetry.content import capture_from_env
-    from hango.telemetry.server import server_endpoints
+    from hango.telemetry.server import langfuse_keys, server_endpoints
 
     if args.phoenix:  # the workers inherit it: one setting for every process
         os.environ["PHOENIX_COLLECTOR_ENDPOINT"] = args.phoenix
@@ -77,7 +75,7 @@ def _say_telemetry(args: argparse.Namespace) -> None:
     where = [f"{signal} -> {url}" for signal, url in server_endpoints().items() if url]
     if os.environ.get("PHOENIX_COLLECTOR_ENDPOINT"):
         where.append(f"traces -> Phoenix {os.environ['PHOENIX_COLLECTOR_ENDPOINT']}")
-    if os.environ.get("LANGFUSE_PUBLIC_KEY") and os.environ.get("LANGFUSE_SECRET_KEY"):
+    if langfuse_keys() is not None:
         where.append(f"traces -> Langfuse {os.environ.get('LANGFUSE_BASE_URL', 'cloud')}")
     if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         where = ["off (OTEL_SDK_DISABLED=true)"]

@@ -63,6 +63,16 @@ def server_endpoints() -> dict[str, str | None]:
             for s, url in urls.items()}
 
 
+def langfuse_keys() -> tuple[str, str] | None:
+    """``LANGFUSE_PUBLIC_KEY`` and ``LANGFUSE_SECRET_KEY``: both, or neither (``None``); one
+    alone is refused, naming the other."""
+    keys = (os.environ.get("LANGFUSE_PUBLIC_KEY", ""), os.environ.get("LANGFUSE_SECRET_KEY", ""))
+    if any(keys) and not all(keys):
+        missing = "LANGFUSE_SECRET_KEY" if keys[0] else "LANGFUSE_PUBLIC_KEY"
+        raise ValueError(f"{missing} is not set: Langfuse needs both keys (or neither)")
+    return keys if all(keys) else None
+
+
 def serve_telemetry(*, phoenix: str | None = None, prometheus: bool = False,
                     service_name: str = "hango", timeout_s: float = 5.0) -> Served:
     """The server's telemetry from the environment (module docstring). Raises ``ValueError``
@@ -71,11 +81,7 @@ def serve_telemetry(*, phoenix: str | None = None, prometheus: bool = False,
     urls: dict[str, str | None] = (dict.fromkeys(SERVER_SIGNALS) if disabled
                                    else server_endpoints())
     phoenix = None if disabled else (phoenix or os.environ.get("PHOENIX_COLLECTOR_ENDPOINT"))
-    keys = (os.environ.get("LANGFUSE_PUBLIC_KEY", ""), os.environ.get("LANGFUSE_SECRET_KEY", ""))
-    if any(keys) and not all(keys):
-        missing = "LANGFUSE_SECRET_KEY" if keys[0] else "LANGFUSE_PUBLIC_KEY"
-        raise ValueError(f"{missing} is not set: Langfuse needs both keys (or neither)")
-    langfuse = all(keys) and not disabled
+    langfuse = langfuse_keys() is not None and not disabled
     if not (any(urls.values()) or phoenix or langfuse or prometheus):
         return Served(Telemetry(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider()))
     return _build(urls, phoenix, langfuse, prometheus, service_name, timeout_s)
@@ -112,8 +118,8 @@ def _build(urls: dict[str, str | None], phoenix: str | None, langfuse: bool, pro
     if langfuse:
         host = (os.environ.get("LANGFUSE_BASE_URL") or os.environ.get("LANGFUSE_HOST")
                 or "https://cloud.langfuse.com").rstrip("/")
-        stops.append(_langfuse(tracer_provider, os.environ["LANGFUSE_PUBLIC_KEY"],
-                               os.environ["LANGFUSE_SECRET_KEY"], host, timeout_s, exports))
+        public, secret = langfuse_keys() or ("", "")
+        stops.append(_langfuse(tracer_provider, public, secret, host, timeout_s, exports))
         destinations.append(host + LANGFUSE_OTEL_TRACES_PATH)
     readers: list[MetricReader] = []
     if urls["metrics"]:
