@@ -102,10 +102,15 @@ def receiver() -> Iterator[Receiver]:
 
 
 def spans(receiver: Receiver) -> list[tuple[Any, dict[str, Any], dict[str, Any]]]:
+    return spans_at(receiver, "/v1/traces")
+
+
+def spans_at(receiver: Receiver, path: str) -> list[tuple[Any, dict[str, Any], dict[str, Any]]]:
+    """Every span posted to ``path``: (span, its attributes, its resource's attributes)."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     out = []
-    for body in receiver.bodies("/v1/traces"):
+    for body in receiver.bodies(path):
         for rs in ExportTraceServiceRequest.FromString(body).resource_spans:
             resource = attributes(rs.resource.attributes)
             for ss in rs.scope_spans:
@@ -198,3 +203,19 @@ def test_a_setting_the_server_cannot_honour_stops_it_naming_the_variable(tenant:
         assert result.returncode == 1, result.stderr
         assert result.stderr.startswith("hango: error: ") and message in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_with_langfuse_keys_the_server_sends_every_span_through_the_sdk(
+        agent: tuple[str, list[str]], tenant: str, receiver: Receiver) -> None:
+    token, _ = agent
+    served = serve_and_run(tenant, token, {
+        "LANGFUSE_PUBLIC_KEY": "pk-lf-served", "LANGFUSE_SECRET_KEY": "sk-lf-served",
+        "LANGFUSE_BASE_URL": receiver.base})
+    assert f"traces -> Langfuse {receiver.base}" in served.stderr
+    assert {r.path for r in receiver.requests} == {t.LANGFUSE_OTEL_TRACES_PATH}  # no OTLP asked
+    assert all({k.lower(): v for k, v in r.headers.items()}["x-langfuse-public-key"] == "pk-lf-served"
+               for r in receiver.requests)
+    got = {s.name: a for s, a, _ in spans_at(receiver, t.LANGFUSE_OTEL_TRACES_PATH)}
+    assert {t.SPAN_RUN, t.SPAN_BEFORE_RUN, t.SPAN_MEMORY_LOAD, t.SPAN_SKILLS_INDEX} <= set(got)
+    assert (got[t.SPAN_RUN][t.LANGFUSE_TRACE_NAME], got[t.SPAN_RUN][t.LANGFUSE_SESSION_ID],
+            got[t.SPAN_RUN][t.LANGFUSE_USER_ID]) == ("a1", served.run["run_id"], tenant)

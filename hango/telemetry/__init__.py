@@ -158,6 +158,7 @@ if TYPE_CHECKING:
         SERVER_SIGNALS,
         Served,
         console_logging,
+        langfuse_keys,
         serve_telemetry,
         server_endpoints,
     )
@@ -189,6 +190,7 @@ _LAZY = {
     "console_logging": "server",
     "export_every_hango_span": "setup",
     "langfuse_headers": "setup",
+    "langfuse_keys": "server",
     "otlp_endpoints": "setup",
     "serve_telemetry": "server",
     "server_endpoints": "server",
@@ -333,6 +335,7 @@ __all__ = [
     "export_every_hango_span",
     "field_name",
     "langfuse_headers",
+    "langfuse_keys",
     "otlp_endpoints",
     "prometheus_label",
     "prometheus_meter_provider",
