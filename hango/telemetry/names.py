@@ -27,6 +27,11 @@ Conventions followed (see ``shared/notes/observability.md``):
   shows whichever call came last (often a cold first call at 0). The histogram keeps every call:
   the per-call distribution, its median and mean, and the share of cold calls (``le="0"``). The
   exact token-weighted ratio comes from the ``hango.tokens`` counter.
+* ``hango.skills.invalid`` is a gauge, like ``hango.skills.indexed``: the files the latest run
+  skipped. (As a counter, one bad file read by every run grew with the runs, and a dashboard
+  summing its rate showed 9.36 for a single file.) ``hango.cache.misses`` counts the calls that
+  read nothing, by why (:data:`hango.models.view.MISS_REASONS`), beside the GenAI conventions'
+  own ``gen_ai.client.token.usage`` and ``gen_ai.client.operation.duration``.
 * Each instrument is an :class:`InstrumentSpec` in :data:`INSTRUMENTS`: the facade creates the
   instruments from it, and :mod:`hango.telemetry.prometheus` derives the Prometheus series names
   from it, so the dashboard can be checked against what hango really emits.
