@@ -50,7 +50,8 @@ def miss_reason(request: Request, response: Response) -> str | None:
     if diagnostics is not None and diagnostics.miss_reason is not None:
         return diagnostics.miss_reason
     usage = response.usage
-    if usage.cache_read_input_tokens or not usage.total_input_tokens or diagnostics is not None:
+    read = usage.cache_read_input_tokens  # None: the provider did not say, so neither can we
+    if read is None or read or not usage.total_input_tokens or diagnostics is not None:
         return None
     return "unknown" if request.breakpoints else "no_breakpoint"
 
@@ -132,6 +133,14 @@ def _message_lines(message: dict[str, Any]) -> list[str]:
     return [line.replace("\n", "\n      ") for line in lines]  # a text's next lines indented
 
 
+def _count(value: int | None) -> str:
+    return "unknown" if value is None else str(value)
+
+
+def _ratio(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.3f}"
+
+
 def render_reply(view: dict[str, Any]) -> str:
     """What the model answered (a view with a response): its text, then each tool call."""
     reply = view["response"]
@@ -163,8 +172,8 @@ def render(view: dict[str, Any], width: int | None = 60) -> str:
     if usage is not None:
         lines.append(f"usage: input {usage['input_tokens']}, cache write "
                      f"{usage['cache_creation_input_tokens']}, cache read "
-                     f"{usage['cache_read_input_tokens']}, output {usage['output_tokens']}; "
-                     f"read ratio {usage['read_ratio']:.3f}")
+                     f"{_count(usage['cache_read_input_tokens'])}, output "
+                     f"{usage['output_tokens']}; read ratio {_ratio(usage['read_ratio'])}")
         if view["miss_reason"] is not None:
             lines.append(f"cache: {view['miss_reason']}: {view['miss']}")
     return "\n".join(lines)

@@ -21,7 +21,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 from hango.models.base import Request, Response, ToolResult
 from hango.models.view import miss_reason
 from hango.telemetry import content, mirror
-from hango.telemetry.mirror import clean, mirror_event, run_line, run_metadata
+from hango.telemetry.mirror import annotate, clean, mirror_event, run_line, run_metadata
 from hango.telemetry.names import (
     ATTR_CACHE_MISS_REASON,
     ATTR_CACHE_MISSED_INPUT_TOKENS,
@@ -56,7 +56,6 @@ from hango.telemetry.names import (
     LANGFUSE_METADATA_CACHE_MISS_REASON,
     LANGFUSE_METADATA_PREFIX,
     LANGFUSE_SESSION_ID,
-    LANGFUSE_TRACE_METADATA_PREFIX,
     LANGFUSE_TRACE_NAME,
     LANGFUSE_USER_ID,
     METRIC_CACHE_MISSES,
@@ -181,14 +180,16 @@ class Telemetry:
             mirror.RUN_SCOPE.reset(token)
 
     def finish_run(self, span: Span, *, tenant_id: str, agent_id: str, run_id: str,
-                   status: str, read_ratio: float, output: str,
+                   status: str, read_ratio: float | None, output: str,
                    attributes: Mapping[str, Any]) -> None:
-        """End-of-run: the status (and, with capture, the answer) on the run span, the log line."""
+        """End-of-run: the status (and, with capture, the answer) on the run span, the log line
+        (``read_ratio`` ``None``: the provider did not say what it read)."""
         span.set_attribute(ATTR_RUN_STATUS, status)
         if self.capture_content:
             span.set_attributes(content.run_content(None, output, self.content_max_bytes))
         self.log_run(agent_id=agent_id, run_id=run_id, attributes=attributes,
-                     tenant_id=tenant_id, status=status, read_ratio=read_ratio)
+                     tenant_id=tenant_id, status=status,
+                     read_ratio="unknown" if read_ratio is None else read_ratio)
 
     @contextmanager
     def chat_span(self, request: Request, provider: str) -> Iterator[Span]:
@@ -256,7 +257,8 @@ class Telemetry:
             self._tokens.add(count, {ATTR_TOKEN_KIND: kind, GEN_AI_REQUEST_MODEL: model})
         if usage.total_input_tokens:  # an empty prompt has no ratio worth plotting
             self._cache_read_ratio.record(usage.read_ratio, {GEN_AI_REQUEST_MODEL: model})
-        if request is not None and not usage.cache_read_input_tokens and usage.total_input_tokens:
+        read = usage.cache_read_input_tokens  # a read the provider did not report is no miss
+        if request is not None and read is not None and not read and usage.total_input_tokens:
             self._cache_misses.add(1, {ATTR_CACHE_MISS_REASON: miss_reason(request, response)
                                        or "unknown", GEN_AI_REQUEST_MODEL: model})
         common = {GEN_AI_OPERATION_NAME: OPERATION_CHAT, GEN_AI_PROVIDER_NAME: provider,
@@ -313,7 +315,7 @@ class Telemetry:
     # logs
     def log_run(self, *, agent_id: str, run_id: str, attributes: Mapping[str, Any],
                 tenant_id: str | None = None, status: str | None = None,
-                read_ratio: float | None = None) -> None:
+                read_ratio: float | str | None = None) -> None:
         """ONE info line per run: human-readable ``key=value``, the same fields as ``extra``.
 
         Who and how it ended first (tenant, agent, run, status, cache read ratio), then what the
@@ -331,17 +333,6 @@ class Telemetry:
         self.annotate_run(**run_metadata(attributes))
 
     def annotate_run(self, **metadata: Any) -> None:
-        """Put run-level metadata on the current span (``agent.run`` when called inside it).
-
-        Only as Langfuse keys (``langfuse.trace.metadata.<k>`` and
-        ``langfuse.observation.metadata.<k>``): Langfuse makes them filterable trace and root
-        observation metadata; the ``hango.*`` attributes stay on the spans that measured them.
-        """
-        span = trace.get_current_span()
-        if not span.is_recording():
-            return
-        attributes: dict[str, Any] = {}
-        for key, value in metadata.items():
-            attributes[LANGFUSE_TRACE_METADATA_PREFIX + key] = value
-            attributes[LANGFUSE_METADATA_PREFIX + key] = value
-        span.set_attributes(clean(attributes))
+        """Run-level metadata on the current span (``agent.run`` when called inside it), as
+        Langfuse trace and observation metadata only (:func:`~hango.telemetry.mirror.annotate`)."""
+        annotate(trace.get_current_span(), metadata)

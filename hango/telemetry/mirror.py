@@ -24,6 +24,7 @@ from hango.telemetry.names import (
     LANGFUSE_LEVEL,
     LANGFUSE_METADATA_PREFIX,
     LANGFUSE_STATUS_MESSAGE,
+    LANGFUSE_TRACE_METADATA_PREFIX,
     RUN_ATTRIBUTES,
     catalogue_order,
     field_name,
@@ -89,6 +90,16 @@ def run_metadata(attributes: Mapping[str, Any]) -> dict[str, Any]:
     """The run's published values under their Langfuse metadata names."""
     return {(RUN_ATTRIBUTES[n].langfuse or RUN_ATTRIBUTES[n].log) if n in RUN_ATTRIBUTES
             else field_name(n): value for n, value in attributes.items()}
+
+
+def annotate(span: Span, metadata: Mapping[str, Any]) -> None:
+    """``metadata`` as ``langfuse.trace.metadata.<k>`` and ``langfuse.observation.metadata.<k>``:
+    filterable trace and root-observation metadata in Langfuse; the ``hango.*`` attributes stay
+    on the spans that measured them."""
+    if span.is_recording():
+        span.set_attributes(clean({prefix + key: value for key, value in metadata.items()
+                                   for prefix in (LANGFUSE_TRACE_METADATA_PREFIX,
+                                                  LANGFUSE_METADATA_PREFIX)}))
 
 
 def logfmt(value: Any) -> str:
