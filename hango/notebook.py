@@ -19,28 +19,17 @@ from hango.api.client import ApiError, FilesClient
 from hango.db import Database, get_database
 from hango.fs.backend import PostgresBackend
 from hango.models.base import Model, Request, Response
-from hango.models.simulated import count_tokens, positions
+from hango.models.simulated import positions
+from hango.models.view import render, request_view
 from hango.telemetry import Configured, configure
 
 
-def _preview(text: str, width: int) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
 def show_request(request: Request, width: int = 60) -> None:
-    """Print the tools, the system blocks (with the breakpoint marked) and the messages."""
-    tool_tokens = sum(p.tokens for p in positions(request) if p.tier == "tools")
-    print(f"tools: {', '.join(t.name for t in request.tools) or '(none)'}  "
-          f"(~{tool_tokens} tokens)")
-    print("system blocks:")
-    breakpoint_at = request.system_breakpoint
-    for i, block in enumerate(request.system):
-        mark = "  <- cache breakpoint" if i == breakpoint_at else ""
-        print(f"  [{i}] {block.source:<22} ~{count_tokens(block.text):>5} tok  "
-              f"{_preview(block.text, width)}{mark}")
-    print(f"messages: {len(request.messages)}; breakpoints: "
-          + ", ".join(f"{b.tier}[{b.index}]" for b in request.breakpoints))
+    """Print the tools, the system blocks (with the breakpoint marked) and the messages.
+
+    The text of :func:`hango.models.view.render`: the same view the trace's opt-in content
+    carries."""
+    print(render(request_view(request), width))
 
 
 def show_index(request: Request) -> None:

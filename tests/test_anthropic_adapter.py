@@ -250,6 +250,7 @@ def test_usage_text_and_tool_calls_map_back(stub: Stub) -> None:
         ),
         model="claude-sonnet-4-6",
         stop_reason="tool_use",
+        id="msg_01",  # gen_ai.response.id
     )
 
 

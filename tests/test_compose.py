@@ -105,6 +105,47 @@ def test_every_service_has_an_image_and_profiles_are_the_documented_ones() -> No
     } == langfuse
 
 
+# An exact release: 1.2.3 (a fourth number allowed, as ClickHouse's builds have), MinIO's
+# RELEASE.<date>, or PostgreSQL's major.minor (two numbers since PostgreSQL 10: 17.11 is one
+# release); never a major alone (postgres:17), a floating name (latest) or no tag at all.
+EXACT_TAG = re.compile(r"^(\d+\.\d+\.\d+(\.\d+)?|RELEASE\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ)$")
+POSTGRES_TAG = re.compile(r"^\d+\.\d+$")
+
+
+def exact(image: str) -> bool:
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return False
+    repo, tag = last.split(":", 1)
+    return bool(EXACT_TAG.match(tag) or (repo == "postgres" and POSTGRES_TAG.match(tag)))
+DISTROLESS = ("cgr.dev/chainguard/", "gcr.io/distroless/")  # images built without a shell
+
+
+def test_every_image_is_pinned_to_an_exact_version() -> None:
+    for name, service in services().items():
+        assert exact(service["image"]), f"{name}: {service['image']} is not an exact version"
+
+
+@pytest.mark.parametrize("image", ["postgres:17", "cgr.dev/chainguard/minio", "redis:latest",
+                                   "redis:7", "clickhouse/clickhouse-server:25.12",
+                                   "docker.langfuse.com/langfuse/langfuse:4"])
+def test_the_pin_rule_refuses_floating_tags(image: str) -> None:
+    assert not exact(image)
+
+
+def test_a_shell_entrypoint_runs_in_an_image_that_has_one() -> None:
+    """The minio service runs ``sh -c 'mkdir ... && minio server ...'``: a distroless image has no
+    ``sh``, and the whole Langfuse profile would wait on a service that never starts."""
+    for name, service in services().items():
+        entry = service.get("entrypoint") or ""
+        first = (entry if isinstance(entry, str) else entry[0]).split()[0] if entry else ""
+        if first in {"sh", "/bin/sh", "bash", "/bin/bash"}:
+            assert not service["image"].startswith(DISTROLESS), f"{name}: no shell in {service['image']}"
+    minio = services()["minio"]
+    assert "mkdir -p /data/langfuse" in minio["command"]  # the bucket Langfuse writes to
+    assert env(services()["langfuse-worker"])["LANGFUSE_S3_EVENT_UPLOAD_BUCKET"] == "langfuse"
+
+
 def test_references_ports_and_volumes() -> None:
     doc, svc = compose(), services()
     seen: dict[int, str] = {}
@@ -136,7 +177,7 @@ def test_postgres_is_the_readme_database() -> None:
     ((ip, port, inner),) = host_ports(pg)
     url = f"postgresql://{e['POSTGRES_USER']}:{e['POSTGRES_PASSWORD']}@{ip}:{port}/{e['POSTGRES_DB']}"
     assert url == README_DATABASE_URL and inner == 5432
-    assert pg["image"].split(":")[1] in {"16", "17"}
+    assert pg["image"].split(":")[1].split(".")[0] in {"16", "17"}
     assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
 
 
@@ -361,3 +402,43 @@ def test_traceql_queries_name_hango_spans() -> None:
     for query in queries:
         names = re.findall(r'name\s*=\s*"([^"]+)"', query)
         assert names and set(names) <= spans, query
+
+
+# --- the dashboard tells the truth ------------------------------------------------------------
+def _panel(title_start: str) -> dict[str, Any]:
+    return next(p for p in dashboard()["panels"] if p["title"].startswith(title_start))
+
+
+def test_no_gauge_is_summed_as_a_rate() -> None:
+    """A gauge is a level: rate() or increase() of it is nonsense (the invalid-skills panel once
+    summed a rate of a per-run count and showed 9.36 for one bad file)."""
+    gauges = {s for spec in t.INSTRUMENTS if spec.kind == "gauge" for s in t.prometheus_series(spec)}
+    for expr in prom_targets():
+        for inner in re.findall(r"(?:rate|increase|irate|delta)\(([^()]*)\)", expr):
+            names, _, _ = parse_promql(inner)
+            assert not names & gauges, f"{expr}: a gauge inside a rate"
+
+
+def test_invalid_skills_panel_shows_the_latest_runs_files() -> None:
+    (target,) = _panel("Invalid SKILL.md")["targets"]
+    names, _, _ = parse_promql(target["expr"])
+    assert names == {t.prometheus_name(t.METRIC_SKILLS_INVALID, "{skill}", "gauge")}
+    assert target["expr"].startswith("max(")
+
+
+def test_the_cache_miss_panel_says_why_in_the_views_words() -> None:
+    """The dashboard's key of reasons is the one renderer's (hango.models.view.MISS_REASONS)."""
+    from hango.models.view import MISS_REASONS, miss_legend
+
+    panel = _panel("Why the cache read nothing")
+    assert panel["description"].endswith("\n" + miss_legend())
+    assert all(f"{reason}: " in panel["description"] for reason in MISS_REASONS)
+    (target,) = panel["targets"]
+    label = t.prometheus_label(t.ATTR_CACHE_MISS_REASON)
+    assert f"by ({label})" in target["expr"] and "hango_cache_misses_total" in target["expr"]
+    assert target["legendFormat"] == "{{" + label + "}}"
+
+
+def test_memory_panel_says_which_figure_is_an_estimate() -> None:
+    legends = [tgt["legendFormat"] for tgt in _panel("Memory injected per run")["targets"]]
+    assert legends == ["mean", "p95 (bucket estimate)"]

@@ -49,11 +49,12 @@ def test_metrics_scrape_has_the_series_the_dashboard_queries(db: Database, tenan
     assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
     assert openmetrics.text.rstrip().endswith("# EOF")
     scraped = t.scrape_names(reply.text)
-    hango = {name for name in scraped if name.startswith("hango_")}
-    assert hango == {s for spec in t.INSTRUMENTS for s in t.prometheus_series(spec)}
+    ours = {name for name in scraped if name.startswith(("hango_", "gen_ai_"))}
+    assert ours == {s for spec in t.INSTRUMENTS for s in t.prometheus_series(spec)}
     queried = {name for expr in prom_targets() for name in parse_promql(expr)[0]}
     assert queried and queried <= scraped, f"dashboard series not served: {queried - scraped}"
-    assert 'hango_skills_invalid_total{' in reply.text and "hango_memory_bytes_bucket{" in reply.text
+    assert "hango_skills_invalid{" in reply.text and "hango_memory_bytes_bucket{" in reply.text
+    assert 'hango_cache_miss_reason="below_minimum"' in reply.text  # the default prompt is short
 
 
 def test_metrics_refuses_clients_that_are_not_loopback() -> None:

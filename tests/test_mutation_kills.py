@@ -20,6 +20,11 @@ from hango.models.simulated import SimulatedModel, tool_call
 from hango.telemetry import Telemetry
 
 
+def hango_attributes(span: Any) -> dict[str, Any]:
+    """A span's attributes without the Langfuse mirrors every span of a run carries."""
+    return {k: v for k, v in (span.attributes or {}).items() if not k.startswith("langfuse.")}
+
+
 def _run(db: Database, tenant: str, tel: Telemetry, script: list[Any]) -> Any:
     save_agent(db, tenant, "a1", AgentConfig())
     return Agent(db, tenant, "a1", SimulatedModel(policy=script), telemetry=tel).run("hi")
@@ -69,7 +74,8 @@ def test_the_run_log_line_names_agent_and_run(
     result = _run(db, tenant, tel, ["done"])
     lines = [r for r in caplog.records if r.getMessage().startswith("hango run ")]
     assert len(lines) == 1
-    assert lines[0].getMessage().startswith(f"hango run agent_id=a1 run_id={result.run_id} ")
+    assert lines[0].getMessage().startswith(
+        f"hango run tenant_id={tenant} agent_id=a1 run_id={result.run_id} status=done ")
     assert (lines[0].__dict__["agent_id"], lines[0].__dict__["run_id"]) == ("a1", result.run_id)
 
 
@@ -147,7 +153,7 @@ def test_memory_load_publishes_sources_and_bytes_on_span_result_and_metrics(
     assert result.attributes["hango.memory.sources"] == ["/memories/AGENTS.md"]
     assert result.attributes["hango.memory.bytes"] == 3
     span = next(s for s in exporter.get_finished_spans() if s.name == "agent.memory_load")
-    assert dict(span.attributes or {}) == {"hango.memory.sources": ("/memories/AGENTS.md",),
+    assert hango_attributes(span) == {"hango.memory.sources": ("/memories/AGENTS.md",),
                                            "hango.memory.bytes": 3}
     points = {m.name: m.data.data_points for rm in reader.get_metrics_data().resource_metrics
               for sm in rm.scope_metrics for m in sm.metrics}
@@ -276,7 +282,7 @@ def test_the_skills_index_span_counts_indexed_and_invalid(
     fs.write("/skills/bad/SKILL.md", "---\nname: [unclosed\n---\n")
     result = Agent(db, tenant, "a1", SimulatedModel(), telemetry=tel).run("hi")
     span = next(s for s in exporter.get_finished_spans() if s.name == "agent.skills_index")
-    assert dict(span.attributes or {}) == {"hango.skills.count": 1, "hango.skills.invalid": 1,
+    assert hango_attributes(span) == {"hango.skills.count": 1, "hango.skills.invalid": 1,
                                            "hango.skills.parsed": 2}
     assert (result.attributes["hango.skills.count"], result.attributes["hango.skills.invalid"]) \
         == (1, 1)

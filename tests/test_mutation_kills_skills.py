@@ -43,8 +43,8 @@ def block(result: Any, source: str) -> str | None:
 
 def skills_span(exporter: Any) -> dict[str, Any]:
     (span,) = [s for s in exporter.get_finished_spans() if s.name == "agent.skills_index"]
-    exporter.clear()
-    return dict(span.attributes or {})
+    exporter.clear()  # without the Langfuse mirrors every span of a run carries
+    return {k: v for k, v in (span.attributes or {}).items() if not k.startswith("langfuse.")}
 
 
 # --- skills: the parse memo and the replayed index, seen on the span ------------------------------

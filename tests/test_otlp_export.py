@@ -14,11 +14,16 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
@@ -76,6 +81,17 @@ class Receiver:
                         out[span.name] = (span, resource)
         return out
 
+    def logs(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """Every log record: (body, trace id in hex, attributes)."""
+        out = []
+        for body in self.bodies("/v1/logs"):
+            for rl in ExportLogsServiceRequest.FromString(body).resource_logs:
+                for sl in rl.scope_logs:
+                    for record in sl.log_records:
+                        out.append((value(record.body), record.trace_id.hex(),
+                                    attributes(record.attributes)))
+        return out
+
     def metrics(self) -> dict[str, Metric]:
         out: dict[str, Metric] = {}
         for body in self.bodies("/v1/metrics"):
@@ -111,11 +127,13 @@ def make_handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                 receiver.requests.append(Received(self.path, dict(self.headers.items()), body))
             if receiver.delay_s:
                 time.sleep(receiver.delay_s)
-            known = self.path.endswith(("/v1/traces", "/v1/metrics"))
+            known = self.path.endswith(("/v1/traces", "/v1/metrics", "/v1/logs"))
             status = receiver.status if known else 404
             reply = (
                 ExportMetricsServiceResponse()
                 if self.path.endswith("/v1/metrics")
+                else ExportLogsServiceResponse()
+                if self.path.endswith("/v1/logs")
                 else ExportTraceServiceResponse()
             ).SerializeToString()
             self.send_response(status)
@@ -132,15 +150,24 @@ def make_handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    rec = Receiver(port=0)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(rec))
+    with listening() as rec:
+        yield rec
+
+
+@contextmanager
+def listening(port: int = 0) -> Iterator[Receiver]:
+    """A receiver on 127.0.0.1:``port`` (0: a free one); OSError if the port is taken."""
+    rec = Receiver(port=port)
+    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(rec))
     rec.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield rec
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    try:
+        yield rec
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 def free_port() -> int:
@@ -171,10 +198,13 @@ def emit(tel: t.Telemetry) -> None:
             tel.record_chat(
                 span,
                 Response(
-                    "ok", usage=usage, model="claude-test", diagnostics=CacheDiagnostics("messages_changed")
+                    "ok", usage=usage, model="claude-test", diagnostics=CacheDiagnostics("messages_changed"),
+                    id="msg_1",
                 ),
                 model="claude-test",
                 attributes={"hango.memory.bytes": 2048, "hango.skills.count": 3},
+                provider="anthropic",
+                request=request,
             )
             with tel.tool_span("read_file", "toolu_1"):
                 pass
@@ -183,6 +213,8 @@ def emit(tel: t.Telemetry) -> None:
             "hango.skills.count": 3, "hango.skills.invalid": 1})
 
 
+# Every instrument but the cache-miss counter: emit()'s call reads 900 of its 1000 input tokens.
+EMITTED = {spec.name for spec in t.INSTRUMENTS} - {t.METRIC_CACHE_MISSES}
 EXPECTED_SPANS = {
     t.SPAN_RUN,
     t.SPAN_BEFORE_RUN,
@@ -254,15 +286,16 @@ def test_otlp_mode_exports_spans_and_metrics(receiver: Receiver) -> None:
     assert attributes(tool.attributes)["gen_ai.tool.call.id"] == "toolu_1"
 
     got = receiver.metrics()
-    assert set(got) == {spec.name for spec in t.INSTRUMENTS}
-    for spec in t.INSTRUMENTS:
+    assert set(got) == EMITTED
+    for spec in (s for s in t.INSTRUMENTS if s.name in EMITTED):
         metric = got[spec.name]
         assert metric.unit == spec.unit, spec.name
         data = metric.WhichOneof("data")
         assert data == {"counter": "sum", "histogram": "histogram", "gauge": "gauge"}[spec.kind]
         if spec.kind == "histogram":
-            (dp,) = metric.histogram.data_points
-            assert tuple(dp.explicit_bounds) == spec.buckets
+            assert metric.histogram.data_points
+            for dp in metric.histogram.data_points:
+                assert tuple(dp.explicit_bounds) == spec.buckets
             assert metric.histogram.aggregation_temporality == (
                 AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
             )  # what Prometheus wants
@@ -275,6 +308,9 @@ def test_otlp_mode_exports_spans_and_metrics(receiver: Receiver) -> None:
     (ratio,) = got[t.METRIC_CACHE_READ_RATIO].histogram.data_points
     assert ratio.count == 1 and ratio.sum == pytest.approx(0.9)
     assert [dp.as_int for dp in got[t.METRIC_SKILLS_INDEXED].gauge.data_points] == [3]
+    usage = {attributes(dp.attributes)[t.GEN_AI_TOKEN_TYPE]: dp.sum
+             for dp in got[t.METRIC_GEN_AI_TOKEN_USAGE].histogram.data_points}
+    assert usage == {"input": 1000, "output": 40}  # the conventions' input includes the cache
 
 
 def test_langfuse_mode_sends_every_hango_span_with_basic_auth(receiver: Receiver) -> None:
@@ -322,7 +358,7 @@ def test_langfuse_and_collector_together(receiver: Receiver) -> None:
     assert set(receiver.spans(t.LANGFUSE_OTEL_TRACES_PATH)) == EXPECTED_SPANS
     plain = [r for r in receiver.requests if r.path == "/v1/traces"]
     assert plain and all("authorization" not in {k.lower() for k in r.headers} for r in plain)
-    assert set(receiver.metrics()) == {spec.name for spec in t.INSTRUMENTS}
+    assert set(receiver.metrics()) == EMITTED
 
 
 def test_backend_down_never_fails_a_run(caplog: pytest.LogCaptureFixture) -> None:
@@ -407,7 +443,7 @@ def test_otlp_metrics_only(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) 
     finally:
         c.shutdown()
     assert {r.path for r in receiver.requests} == {"/v1/metrics"}
-    assert set(receiver.metrics()) == {spec.name for spec in t.INSTRUMENTS}
+    assert set(receiver.metrics()) == EMITTED
     body = receiver.bodies("/v1/metrics")[0]
     (rm,) = ExportMetricsServiceRequest.FromString(body).resource_metrics
     assert attributes(rm.resource.attributes)["service.name"] == "from-the-env"
@@ -541,3 +577,46 @@ def test_flush_reports_a_failed_export_to_langfuse(receiver: Receiver) -> None:
     finally:
         c.shutdown()
     assert receiver.bodies(t.LANGFUSE_OTEL_TRACES_PATH)  # it really tried
+
+
+def test_what_langfuse_shows_of_a_run_arrives_through_its_sdk(receiver: Receiver, db: Database,
+                                                              tenant: str) -> None:
+    """The Langfuse SDK to a loopback receiver: trace name from the agent, session from the run,
+    user from the tenant, usage with cache tokens, input and output (capture on), and the span
+    events Langfuse drops, mirrored as level, status message and metadata."""
+    from test_proposals import PROMPT  # long enough for the simulator's minimum cacheable prefix
+
+    save_agent(db, tenant, "a1", AgentConfig(tools=["ls"], system_prompt=PROMPT,
+                                             memory=["/memories/AGENTS.md"]))
+    fs = PostgresBackend(db, tenant, "a1")
+    fs.write("/memories/AGENTS.md", "Answer in French.\n")
+    fs.write("/skills/broken/SKILL.md", "---\nname: broken\ndescription: Use when: x\n---\n")
+    c = t.configure("langfuse", langfuse_host=receiver.base, langfuse_public_key="pk-lf-screen",
+                    langfuse_secret_key="sk-lf-screen", capture_content=True)
+    try:
+        model = SimulatedModel(policy=[[tool_call("ls", {"path": "/"})], "Voilà."])
+        result = Agent(db, tenant, "a1", model, telemetry=c.telemetry).run("which files?")
+        assert c.flush(10_000)
+    finally:
+        c.shutdown()
+    got: dict[str, list[dict[str, Any]]] = {}
+    for body in receiver.bodies(t.LANGFUSE_OTEL_TRACES_PATH):
+        for rs in ExportTraceServiceRequest.FromString(body).resource_spans:
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    got.setdefault(span.name, []).append(attributes(span.attributes))
+    (root,) = got[t.SPAN_RUN]
+    for spans in got.values():  # every observation: one trace, one session, one user
+        for attrs in spans:
+            assert (attrs[t.LANGFUSE_TRACE_NAME], attrs[t.LANGFUSE_SESSION_ID],
+                    attrs[t.LANGFUSE_USER_ID]) == ("a1", result.run_id, tenant)
+    assert (root[t.INPUT_VALUE], root[t.OUTPUT_VALUE]) == ("which files?", "Voilà.")
+    first, second = got["chat hango-sim-1"]
+    assert langfuse_usage(first)["input_cache_creation"] > 0
+    assert langfuse_usage(second)["input_cached_tokens"] > 0  # the prefix read from the cache
+    assert "<- cache breakpoint" in first[t.INPUT_VALUE] and "/memories/AGENTS.md" in first[t.INPUT_VALUE]
+    (skills,) = got[t.SPAN_SKILLS_INDEX]
+    assert skills[t.LANGFUSE_LEVEL] == "WARNING"
+    assert "/skills/broken/SKILL.md skipped" in skills[t.LANGFUSE_STATUS_MESSAGE]
+    (invalid,) = skills[t.LANGFUSE_METADATA_PREFIX + "skill_invalid"]
+    assert invalid.startswith("path=/skills/broken/SKILL.md reason=")

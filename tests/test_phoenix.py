@@ -22,7 +22,7 @@ import pytest
 
 from hango import telemetry as t
 from hango.agent.runtime import Agent
-from hango.agents import AgentConfig, save_agent
+from hango.agents import AgentConfig, create_token, save_agent
 from hango.db import Database
 from hango.fs.backend import PostgresBackend
 from hango.models.simulated import SimulatedModel, tool_call
@@ -119,3 +119,47 @@ def test_one_run_draws_the_before_run_tree_in_phoenix(phoenix: int, db: Database
     assert attribute(chat, t.ATTR_SKILLS_COUNT) == 1
     assert attribute(chat, t.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS) is not None
     assert "execute_tool ls" in names
+
+
+def wait_for(port: int, project: str, trace_id: str, names: set[str]) -> dict[str, dict[str, Any]]:
+    """The spans of one trace, once Phoenix has ingested ``names`` of it (bounded poll)."""
+    traces = traces_module()
+    deadline = time.monotonic() + 60
+    found: dict[str, dict[str, Any]] = {}
+    while time.monotonic() < deadline:
+        try:
+            found = by_name([s for s in traces.spans(port, project)
+                             if s["context"]["trace_id"] == trace_id])
+        except OSError:
+            found = {}
+        if names <= set(found):
+            break
+        time.sleep(0.5)
+    return found
+
+
+def test_a_run_served_by_hango_serve_shows_in_phoenix(phoenix: int, db: Database,
+                                                      tenant: str) -> None:
+    """``make traces`` + ``hango serve --phoenix URL``: a run over HTTP is a trace in Phoenix,
+    the tree under agent.run, the chat span with its prompt when capture is on."""
+    from test_serve_telemetry import serve_and_run
+
+    save_agent(db, tenant, "a1", AgentConfig(tools=["ls"], memory=["/memories/AGENTS.md"]))
+    PostgresBackend(db, tenant, "a1").write("/memories/AGENTS.md", "Answer in French.\n")
+    token = create_token(db, tenant, "owner", "test")
+    project = f"hango-serve-{tenant}"
+    served = serve_and_run(tenant, token, {
+        "PHOENIX_COLLECTOR_ENDPOINT": f"http://127.0.0.1:{phoenix}",
+        "OTEL_RESOURCE_ATTRIBUTES": f"{t.PHOENIX_PROJECT_ATTRIBUTE}={project}",
+        "OTEL_BSP_SCHEDULE_DELAY": "100", t.CAPTURE_CONTENT_ENV: "SPAN_ONLY"})
+    assert f"traces -> Phoenix http://127.0.0.1:{phoenix}" in served.stderr
+    names = wait_for(phoenix, project, served.run["trace_id"],
+                     {t.SPAN_RUN, t.SPAN_BEFORE_RUN, t.SPAN_MEMORY_LOAD, "chat hango-sim-1"})
+    run, before = names[t.SPAN_RUN], names[t.SPAN_BEFORE_RUN]
+    assert before["parent_id"] == run["context"]["span_id"]
+    assert names[t.SPAN_MEMORY_LOAD]["parent_id"] == before["context"]["span_id"]
+    assert attribute(run, t.GEN_AI_CONVERSATION_ID) == served.run["run_id"]
+    assert attribute(run, t.SESSION_ID) == served.run["run_id"]  # Phoenix's sessions
+    chat = names["chat hango-sim-1"]
+    assert "<- cache breakpoint" in attribute(chat, t.INPUT_VALUE)  # Phoenix's input pane
+    assert "/memories/AGENTS.md" in attribute(chat, t.INPUT_VALUE)

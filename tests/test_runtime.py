@@ -3,6 +3,8 @@ and where the stack puts the cache breakpoint."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from hango.agent.runtime import Agent, default_stack
@@ -146,3 +148,121 @@ def test_task_tool_refuses_an_undeclared_subagent(db: Database, tenant: str) -> 
     result = Agent(db, tenant, "parent", model).run("go")
     (res,) = result.messages[2].tool_results
     assert res.is_error and "not one of this agent's subagents" in res.content
+
+
+# --- what a run tells the trace viewers ----------------------------------------------------------
+def _spans(exporter: Any) -> list[Any]:
+    return list(exporter.get_finished_spans())
+
+
+def test_the_run_span_follows_the_genai_agent_conventions(db: Database, tenant: str,
+                                                          telemetry_pair: Any) -> None:
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig(tools=["ls"]))
+    result = Agent(db, tenant, "a1", SimulatedModel(policy=[[tool_call("ls", {"path": "/"})],
+                                                             "done"]), telemetry=tel).run("hi")
+    spans = _spans(exporter)
+    (root,) = [s for s in spans if s.name == "agent.run"]
+    assert {k: root.attributes[k] for k in (
+        "gen_ai.operation.name", "gen_ai.agent.name", "gen_ai.agent.id", "gen_ai.conversation.id",
+        "gen_ai.provider.name", "session.id", "user.id")} == {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a1",
+        "gen_ai.agent.id": f"{tenant}/a1", "gen_ai.conversation.id": result.run_id,
+        "gen_ai.provider.name": "hango-sim", "session.id": result.run_id, "user.id": tenant}
+    for span in spans:  # Langfuse's trace keys on every observation of the run
+        assert (span.attributes["langfuse.trace.name"], span.attributes["langfuse.session.id"],
+                span.attributes["langfuse.user.id"]) == ("a1", result.run_id, tenant), span.name
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    assert [c.attributes["gen_ai.response.id"] for c in chats] == [
+        r.id for r in result.responses] and len(chats) == 2
+    assert [tuple(c.attributes["gen_ai.response.finish_reasons"]) for c in chats] == [
+        ("tool_use",), ("end_turn",)]
+
+
+def test_failed_and_refused_tool_calls_are_error_spans(db: Database, tenant: str,
+                                                       telemetry_pair: Any) -> None:
+    """A refused call showed green in a trace viewer: it is ERROR now, with the reason."""
+    from opentelemetry.trace import StatusCode
+
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig(tools=["ls", "read_file"]))
+    Agent(db, tenant, "a1", SimulatedModel(policy=[
+        [tool_call("ls", {"path": "/"})], [tool_call("read_file", {"path": "/nope.md"})],
+        [tool_call("rm", {"path": "/"})], "done"]), telemetry=tel).run("hi")
+    tools = [s for s in _spans(exporter) if s.name.startswith("execute_tool")]
+    assert [(s.status.status_code, s.attributes.get("error.type")) for s in tools] == [
+        (StatusCode.UNSET, None), (StatusCode.ERROR, "tool_error"), (StatusCode.ERROR, "refused")]
+    assert tools[2].status.description == "refused: tool 'rm' is not in this agent's allowlist"
+    assert "/nope.md" in (tools[1].status.description or "")
+
+
+def test_span_events_are_mirrored_where_langfuse_keeps_them(db: Database, tenant: str,
+                                                            telemetry_pair: Any) -> None:
+    """Langfuse drops custom span events; the observation keeps them as metadata, and a warning
+    as its level and status message: "why doesn't the agent know my skill" on its screen too."""
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig(memory=["/memories/AGENTS.md", "/memories/gone.md"]))
+    fs = PostgresBackend(db, tenant, "a1")
+    fs.write("/memories/AGENTS.md", "Answer in French.\n")
+    fs.write("/skills/broken/SKILL.md", "---\nname: broken\ndescription: Use when: x\n---\n")
+    result = Agent(db, tenant, "a1", SimulatedModel(), telemetry=tel).run("hi")
+    by_name = {s.name: s.attributes for s in _spans(exporter)}
+    skills, memory = by_name["agent.skills_index"], by_name["agent.memory_load"]
+    assert skills["langfuse.observation.level"] == "WARNING"
+    assert skills["langfuse.observation.status_message"] == result.warnings[0]
+    (invalid,) = skills["langfuse.observation.metadata.skill_invalid"]
+    assert invalid.startswith("path=/skills/broken/SKILL.md reason=")
+    assert memory["langfuse.observation.level"] == "WARNING"
+    assert memory["langfuse.observation.metadata.memory_missing"] == ("path=/memories/gone.md",)
+    assert "gone.md" in memory["langfuse.observation.status_message"]
+    assert "langfuse.observation.level" not in by_name["agent.run"]  # no warning of its own
+
+
+def test_a_warning_in_the_log_names_tenant_agent_and_run(db: Database, tenant: str,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="hango")
+    save_agent(db, tenant, "a1", AgentConfig(memory=["/memories/gone.md"]))
+    result = Agent(db, tenant, "a1", SimulatedModel()).run("hi")
+    (record,) = [r for r in caplog.records if "gone.md" in r.getMessage()]
+    assert record.getMessage().endswith(
+        f"(tenant_id={tenant} agent_id=a1 run_id={result.run_id})")
+    assert (record.tenant_id, record.agent_id, record.run_id) == (tenant, "a1", result.run_id)
+
+
+def test_a_subagent_run_stays_in_its_parents_trace_and_session(db: Database, tenant: str,
+                                                               telemetry_pair: Any) -> None:
+    from test_subagents import chain_agents
+
+    tel, exporter, _ = telemetry_pair
+    models = chain_agents(db, tenant, "ab")
+    parent = Agent(db, tenant, "a", models["a"], telemetry=tel, child_models=models)
+    result = parent.run("go")
+    runs = {s.attributes["gen_ai.agent.name"]: s for s in _spans(exporter) if s.name == "agent.run"}
+    assert set(runs) == {"a", "b"}
+    assert runs["b"].parent is not None  # inside a's trace, under its task call
+    assert runs["b"].attributes["langfuse.session.id"] == result.run_id  # the trace's session
+    assert runs["b"].attributes["gen_ai.conversation.id"] != result.run_id  # its own run
+    assert "session.id" not in runs["b"].attributes  # only the trace's root names the session
+
+
+def test_a_resumed_run_joins_its_run_in_the_viewers(db: Database, tenant: str,
+                                                    telemetry_pair: Any) -> None:
+    from test_mutation_kills_resume import approve, ask_agent
+    from test_proposals import MEMORY, do, write
+
+    tel, exporter, _ = telemetry_pair
+    agent = ask_agent(db, tenant, telemetry=tel)
+    first = agent.run(do(write(MEMORY, "- tea\n")))
+    assert first.status == "interrupted"
+    approve(db, tenant, first.interrupt)
+    second = agent.resume(first.run_id)
+    roots = [s for s in _spans(exporter) if s.name == "agent.run"]
+    assert len(roots) == 2 and roots[0].context.trace_id != roots[1].context.trace_id
+    for root in roots:  # two traces, one conversation: Langfuse's and Phoenix's session
+        assert root.attributes["gen_ai.conversation.id"] == first.run_id
+        assert root.attributes["session.id"] == root.attributes["langfuse.session.id"] == first.run_id
+    assert roots[1].attributes["langfuse.observation.metadata.run_resumed"] == (
+        f"run_id={first.run_id}",)
+    assert second.run_id == first.run_id

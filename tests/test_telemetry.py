@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import subprocess
 import sys
@@ -301,20 +302,36 @@ def test_memory_load_histograms_use_explicit_buckets(otel: Otel) -> None:
     assert tuple(dp.explicit_bounds) == t.MEMORY_BYTES_BUCKETS
     assert dp.explicit_bounds[-1] == 16 * 2**20
     counts = dict(zip([*dp.explicit_bounds, float("inf")], dp.bucket_counts, strict=True))
-    assert (counts[0], counts[16384], counts[float("inf")]) == (1, 1, 1)
+    assert (counts[0], counts[8192], counts[float("inf")]) == (1, 1, 1)
     assert dp.max == 20 * 2**20
 
 
-def test_skills_gauge_and_invalid_counter(otel: Otel) -> None:
-    otel.telemetry.record_skills(5, 1)
+def test_memory_bytes_buckets_fit_the_default_cap() -> None:
+    """A run cut at the cap lands on a bound; below it a quantile estimate is at most 2x off
+    (an 18-byte memory read as a 243-byte p95 with the old powers-of-4 from 256 B)."""
+    from hango.settings import Settings
+
+    cap = Settings().memory_max_bytes
+    bounds = t.MEMORY_BYTES_BUCKETS
+    assert cap in bounds
+    below = [b for b in bounds if 0 < b <= cap]
+    assert below[0] <= 16 and all(hi / lo <= 2 for lo, hi in itertools.pairwise(below))
+    assert bounds[-1] == 16 * 2**20  # the largest HANGO_MEMORY_MAX_BYTES allowed
+
+
+def test_skills_indexed_and_invalid_are_the_latest_runs(otel: Otel) -> None:
+    """One bad SKILL.md read by three runs is one invalid file, not three (a counter summed
+    every run's skips, and the dashboard showed 9.36 for a single bad file)."""
+    for _ in range(3):
+        otel.telemetry.record_skills(5, 1)
     otel.telemetry.record_skills(7, 2)
     got = otel.metrics()
     indexed = got[t.METRIC_SKILLS_INDEXED]
     assert isinstance(indexed.data, Gauge)
     assert [dp.value for dp in indexed.data.data_points] == [7]  # the latest run, not a sum
     invalid = got[t.METRIC_SKILLS_INVALID]
-    assert isinstance(invalid.data, Sum) and invalid.data.is_monotonic
-    assert [dp.value for dp in invalid.data.data_points] == [3]
+    assert isinstance(invalid.data, Gauge)
+    assert [dp.value for dp in invalid.data.data_points] == [2]
     assert indexed.unit == invalid.unit == "{skill}"
 
 
@@ -323,14 +340,19 @@ def test_every_instrument_is_created_with_its_spec(otel: Otel) -> None:
     otel.telemetry.record_memory_load(0.01, 10, 1)
     otel.telemetry.record_skills(1, 0)
     otel.telemetry.record_proposal("proposed")
+    tel = otel.telemetry
+    with tel.chat_span(request(), "anthropic") as span:  # read nothing: a cache miss
+        tel.record_chat(span, response(Usage(30, 0, 0, 2), miss="expired"), model="claude-test",
+                        attributes={}, provider="anthropic", request=request())
     got = otel.metrics()
     kinds = {"counter": Sum, "histogram": Histogram, "gauge": Gauge}
     assert set(got) == {spec.name for spec in t.INSTRUMENTS}
     for spec in t.INSTRUMENTS:
         assert got[spec.name].unit == spec.unit
         assert isinstance(got[spec.name].data, kinds[spec.kind])
-        for dp in got[spec.name].data.data_points:
-            assert set(dp.attributes or {}) == set(spec.attributes)
+        for dp in got[spec.name].data.data_points:  # error.type only on a failed call
+            assert set(spec.attributes) - {t.ERROR_TYPE} <= set(dp.attributes or {})
+            assert set(dp.attributes or {}) <= set(spec.attributes)
 
 
 # --- the log line ---------------------------------------------------------------------------------
@@ -406,7 +428,7 @@ def test_prometheus_series_of_hango_instruments() -> None:
             "hango_memory_bytes_count",
         ),
         "hango.skills.indexed": ("hango_skills_indexed",),
-        "hango.skills.invalid": ("hango_skills_invalid_total",),
+        "hango.skills.invalid": ("hango_skills_invalid",),
         "hango.cache.read_ratio": (
             "hango_cache_read_ratio_bucket",
             "hango_cache_read_ratio_sum",
@@ -414,6 +436,17 @@ def test_prometheus_series_of_hango_instruments() -> None:
         ),
         "hango.tokens": ("hango_tokens_total",),
         "hango.proposals": ("hango_proposals_total",),
+        "hango.cache.misses": ("hango_cache_misses_total",),
+        "gen_ai.client.token.usage": (
+            "gen_ai_client_token_usage_bucket",
+            "gen_ai_client_token_usage_sum",
+            "gen_ai_client_token_usage_count",
+        ),
+        "gen_ai.client.operation.duration": (
+            "gen_ai_client_operation_duration_seconds_bucket",
+            "gen_ai_client_operation_duration_seconds_sum",
+            "gen_ai_client_operation_duration_seconds_count",
+        ),
     }
     assert t.prometheus_label("hango.token.kind") == "hango_token_kind"
     assert t.prometheus_label("gen_ai.request.model") == "gen_ai_request_model"
@@ -475,7 +508,7 @@ def test_configure_memory_metrics_flattened_and_clear() -> None:
         c.telemetry.record_skills(6, 2)
         again = c.metrics()
         assert again[t.METRIC_SKILLS_INDEXED][0]["value"] == 6
-        assert again[t.METRIC_SKILLS_INVALID][0]["value"] == 3
+        assert again[t.METRIC_SKILLS_INVALID][0]["value"] == 2  # a gauge: the latest run
         assert again[t.METRIC_MEMORY_LOAD_DURATION][0]["count"] == 2
         c.clear()
         assert c.metrics() == {} and c.spans() == ()
@@ -598,9 +631,9 @@ def test_package_modules_are_small_and_layered() -> None:
 
 
 def test_every_public_name_is_reexported() -> None:
-    from hango.telemetry import configured, facade, names, prometheus, setup
+    from hango.telemetry import configured, facade, names, prometheus, server, setup
 
-    for module in (names, facade, configured, prometheus, setup):
+    for module in (names, facade, configured, prometheus, setup, server):
         for name, value in vars(module).items():
             if name.startswith("_") or name == "TYPE_CHECKING" or getattr(
                     value, "__module__", module.__name__) != module.__name__:
@@ -672,3 +705,16 @@ def test_otlp_endpoints_per_signal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc")
     with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_METRICS_PROTOCOL='grpc'"):
         t.otlp_endpoints()
+
+
+def test_importing_a_middleware_loads_no_sdk_and_no_exporter() -> None:
+    """Every middleware imports hango.telemetry; the SDK and exporters load only where a
+    configuration is built (setup, configured, server)."""
+    code = ("import sys, hango.agent.memory, hango.agent.skills, hango.agent.runtime\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', "
+            "'opentelemetry.exporter', 'langfuse', 'prometheus_client'))))\n"
+            "from hango.telemetry import configure\n"
+            "print('opentelemetry.sdk' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[]", "True"]  # and a configure() still finds the SDK

@@ -6,7 +6,8 @@
 Phoenix lives in ``.traces-venv`` (never in hango's ``.venv``: it pins its own versions of
 packages hango uses, ``anthropic`` among them). Both its ports listen on 127.0.0.1 only
 (``loopback.py``); its data goes to ``.traces-venv/data``. hango sends to it with
-``configure("phoenix")``. Standard library only: the tests import this file too.
+``hango serve --phoenix`` (or ``PHOENIX_COLLECTOR_ENDPOINT``) or ``configure("phoenix")``.
+Standard library only: the tests import this file too.
 
 Variables: ``TRACES_VENV`` (default ``.traces-venv``), ``TRACES_PORT`` (6006, UI + OTLP/HTTP),
 ``TRACES_GRPC_PORT`` (4319, OTLP/gRPC; 4317 is grafana/otel-lgtm's), ``PHOENIX_SPEC`` (the pip
@@ -136,7 +137,8 @@ def main(argv: list[str]) -> int:
         pidfile.write_text(str(proc.pid))
         print(f"Phoenix: http://127.0.0.1:{port}  (OTLP/HTTP traces: "
               f"http://127.0.0.1:{port}/v1/traces, gRPC 127.0.0.1:{grpc_port})\n"
-              f'send hango\'s traces: configure("phoenix")  ->  project "hango"\n'
+              f"send hango's traces: hango serve --phoenix (every run served over HTTP),\n"
+              f'  or configure("phoenix") in Python  ->  project "hango"\n'
               f"stop it: make traces-stop   (log: {venv / 'data' / 'phoenix.log'})")
         return 0
     if command == "stop":

@@ -22,8 +22,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from opentelemetry import trace
-
 from hango.models.base import Block, Request, Response, ToolCall, ToolResult, ToolSpec
 
 if TYPE_CHECKING:
@@ -84,22 +82,17 @@ class RunContext:
     def event(self, name: str, **attributes: Any) -> None:
         """Record a span event on the current span and in the run's result."""
         self.events.append(Event(name, dict(attributes)))
-        trace.get_current_span().add_event(name, {k: _attr(v) for k, v in attributes.items()})
+        self.telemetry.add_event(name, attributes)
 
     def warn(self, message: str, event: str | None = None, **attributes: Any) -> None:
-        """A warning the caller can read (``RunResult.warnings``), logged, optionally an event."""
+        """A warning the caller can read (``RunResult.warnings``), logged with the run's ids,
+        optionally an event (which then carries the warning as its message)."""
         self.warnings.append(message)
-        log.warning("%s", message)
+        ids = {"tenant_id": self.tenant_id, "agent_id": self.agent_id, "run_id": self.run_id}
+        log.warning("%s (tenant_id=%s agent_id=%s run_id=%s)", message, *ids.values(), extra=ids)
         if event is not None:
-            self.event(event, **attributes)
-
-
-def _attr(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [str(v) for v in value]
-    if isinstance(value, (str, bool, int, float)):
-        return value
-    return str(value)
+            self.events.append(Event(event, dict(attributes)))
+            self.telemetry.add_event(event, attributes, message)
 
 
 class Interrupt(Exception):

@@ -53,11 +53,9 @@ from hango.models.base import (
 )
 from hango.settings import Settings, get_settings
 from hango.telemetry import (
-    ATTR_RUN_STATUS,
     EVENT_RUN_INTERRUPTED,
     EVENT_RUN_RESUMED,
     SPAN_BEFORE_RUN,
-    SPAN_RUN,
     Telemetry,
     published,
 )
@@ -196,18 +194,19 @@ class Agent:
             run_id=run_id, allowlist=frozenset(config.tools), telemetry=self.telemetry,
         )
         tel = self.telemetry
-        with tel.span(SPAN_RUN, **{"gen_ai.agent.name": self.agent_id,
-                                   "hango.tenant.id": self.tenant_id,
-                                   "hango.run.id": ctx.run_id}) as span:
+        ids = {"tenant_id": self.tenant_id, "agent_id": self.agent_id, "run_id": ctx.run_id}
+        prompt = next((m.text for m in reversed(messages) if m.role == "user" and m.text), None)
+        with tel.run_span(**ids, provider=self.model.provider, model=self.model.name,
+                          prompt=prompt) as span:
             with tel.span(SPAN_BEFORE_RUN):
                 stack.before_run(ctx)
             if saved is not None:
                 ctx.event(EVENT_RUN_RESUMED, run_id=run_id)
             result = self._loop(ctx, stack, config, messages, saved)
-            span.set_attribute(ATTR_RUN_STATUS, result.status)
             context = span.get_span_context()
             result.trace_id = trace.format_trace_id(context.trace_id) if context.is_valid else ""
-            tel.log_run(agent_id=self.agent_id, run_id=ctx.run_id, attributes=ctx.attributes)
+            tel.finish_run(span, **ids, status=result.status, read_ratio=result.usage.read_ratio,
+                           output=result.text, attributes=ctx.attributes)
         if result.status == "interrupted":
             with self.db.tenant(self.tenant_id) as conn:
                 runs.set_result(conn, self.tenant_id, run_id, runs.summary(result, saved))
@@ -231,7 +230,8 @@ class Agent:
             with self.telemetry.chat_span(request, self.model.provider) as span:
                 response = self.model.complete(request)
                 self.telemetry.record_chat(span, response, model=request.model,
-                                           attributes=ctx.attributes)
+                                           attributes=ctx.attributes,
+                                           provider=self.model.provider, request=request)
             result.requests.append(request)
             result.responses.append(response)
             return response
@@ -334,7 +334,7 @@ class Agent:
                     result = stack.call_tool(ctx, call, lambda c: _execute(ctx, tools[c.name], c))
                 except Interrupt as exc:  # not an error: the call waits for a decision
                     interrupted, result = exc, ToolResult(call.id, "")
-            span.set_attribute("hango.tool.error", result.is_error)
+            self.telemetry.record_tool(span, result)
         if interrupted is not None:
             raise interrupted
         return result

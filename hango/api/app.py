@@ -37,12 +37,13 @@ Bounds (issue 10):
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import uvicorn
@@ -62,6 +63,9 @@ from hango.api.deps import Authenticate, hango_error, unavailable
 from hango.db import Database, get_database
 from hango.errors import HangoError
 from hango.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from hango.telemetry.server import Served
 
 # The layout: this module builds the app (middleware, error handlers, routers) and serves it;
 # deps.py is the request context (database, token, agent) and the one error mapping;
@@ -139,6 +143,9 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
         app.state.hango_loop = asyncio.get_running_loop()  # its plain GETs may pool on it
         yield
         app.state.hango_loop = None
+        served: Served | None = getattr(app.state, "hango_served", None)
+        if served is not None:  # a worker of `hango serve`: flush what it buffered
+            served.shutdown()
         opened: Database | None = app.state.hango_db
         if opened is not None:
             await opened.close_async()  # the plain GET's pool on this server's loop
@@ -191,8 +198,29 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
 
 def worker_app() -> FastAPI:
     """The app of one ``hango serve --workers N`` process: its own pool, opened before it
-    serves, on the database and settings of the environment it inherited."""
-    return create_app(get_database())
+    serves, its own telemetry, on the database, settings and ``OTEL_*`` of the environment it
+    inherited; its log level is the one uvicorn was given (``--log-level``)."""
+    app = create_app(get_database())
+    level = logging.getLevelName(logging.getLogger("uvicorn.error").getEffectiveLevel())
+    with_server_telemetry(app, log_level=str(level).lower())
+    return app
+
+
+def with_server_telemetry(app: FastAPI, *, prometheus: bool = False,
+                          log_level: str = "info") -> Served:
+    """What ``hango serve`` adds to the app: telemetry from the environment
+    (:func:`hango.telemetry.server.serve_telemetry`), the run line and warnings on stderr, and
+    ``/metrics`` when ``prometheus``. The app's lifespan flushes it at shutdown."""
+    from hango.telemetry.prometheus import add_metrics_route
+    from hango.telemetry.server import console_logging, serve_telemetry
+
+    served = serve_telemetry(prometheus=prometheus)
+    console_logging(log_level)
+    app.state.hango_telemetry = served.telemetry
+    app.state.hango_served = served
+    if served.registry is not None:
+        add_metrics_route(app, served.registry)
+    return served
 
 
 def serve_in_thread(

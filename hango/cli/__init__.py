@@ -24,6 +24,7 @@ from hango.cli.files import cmd_files, cmd_skills
 from hango.db import DatabaseError
 from hango.embedded import EmbeddedError
 from hango.settings import SettingsError, get_settings
+from hango.telemetry.names import PHOENIX_LOCAL_ENDPOINT
 
 __all__ = ["CliError", "main"]
 
@@ -41,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
                        choices=["critical", "error", "warning", "info", "debug"])
     serve.add_argument("--metrics", action="store_true",
                        help="also serve /metrics (Prometheus text format) to loopback clients")
+    serve.add_argument("--phoenix", nargs="?", const=PHOENIX_LOCAL_ENDPOINT, metavar="URL",
+                       help="send traces to Arize Phoenix (`make traces`; default URL "
+                            f"{PHOENIX_LOCAL_ENDPOINT}, or $PHOENIX_COLLECTOR_ENDPOINT)")
     serve.set_defaults(func=cmd_serve)
 
     db = sub.add_parser("db", help="the embedded PostgreSQL server (or the external one)")

@@ -25,7 +25,7 @@ from hango.settings import MAX_WORKERS, Settings
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
-    from hango.api.app import create_app
+    from hango.api.app import create_app, with_server_telemetry
 
     host, port = args.host or settings.host, args.port or settings.port
     workers = settings.workers if args.workers is None else args.workers
@@ -35,6 +35,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     if args.metrics and workers > 1:
         raise CliError(f"--metrics needs one worker (got {source}={workers}): each worker "
                        "process would count only the requests it served")
+    _say_telemetry(args)
     db = open_db(settings)  # starts the embedded server if needed, applies the schema once
     if host not in ("127.0.0.1", "localhost", "::1"):
         say(f"warning: serving on {host}: bearer tokens travel in clear over plain HTTP")
@@ -53,19 +54,36 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                         workers=workers, log_level=args.log_level)
             return 0
         app = create_app(db, settings)
+        # The app's lifespan flushes it at shutdown: the last runs' spans reach the backend.
+        with_server_telemetry(app, prometheus=args.metrics, log_level=args.log_level)
         if args.metrics:  # Prometheus text format for a scraper on this machine (loopback only)
-            from opentelemetry import metrics
-
-            from hango.telemetry import add_metrics_route, prometheus_meter_provider
-
-            provider, registry = prometheus_meter_provider()
-            metrics.set_meter_provider(provider)  # every Telemetry() of this process records into it
-            add_metrics_route(app, registry)
             say(f"metrics: http://{host}:{port}/metrics (loopback clients only)")
         uvicorn.run(app, host=host, port=port, log_level=args.log_level)
     finally:
         db.close()
     return 0
+
+
+def _say_telemetry(args: argparse.Namespace) -> None:
+    """Where the server's telemetry goes; refuses a setting it cannot honour before serving."""
+    from hango.telemetry.content import capture_from_env
+    from hango.telemetry.server import langfuse_keys, server_endpoints
+
+    if args.phoenix:  # the workers inherit it: one setting for every process
+        os.environ["PHOENIX_COLLECTOR_ENDPOINT"] = args.phoenix
+    capture = capture_from_env()
+    where = [f"{signal} -> {url}" for signal, url in server_endpoints().items() if url]
+    if os.environ.get("PHOENIX_COLLECTOR_ENDPOINT"):
+        where.append(f"traces -> Phoenix {os.environ['PHOENIX_COLLECTOR_ENDPOINT']}")
+    if langfuse_keys() is not None:
+        where.append(f"traces -> Langfuse {os.environ.get('LANGFUSE_BASE_URL', 'cloud')}")
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        where = ["off (OTEL_SDK_DISABLED=true)"]
+    say("telemetry: " + ("; ".join(where) if where else
+                         "not exported (set OTEL_EXPORTER_OTLP_ENDPOINT, --phoenix or the "
+                         "LANGFUSE_* keys)")
+        + ("; prompts captured (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)"
+           if capture and where else ""))
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

@@ -64,7 +64,8 @@ def from_anthropic_message(message: anthropic.types.Message) -> Response:
     if reason is not None:  # null means "diagnosis pending": report nothing rather than a hit
         diagnostics = CacheDiagnostics(reason.type, getattr(reason, "cache_missed_input_tokens", 0))
     return Response("\n".join(texts), tuple(calls), usage, model=message.model,
-                    stop_reason=message.stop_reason or "end_turn", diagnostics=diagnostics)
+                    stop_reason=message.stop_reason or "end_turn", diagnostics=diagnostics,
+                    id=message.id)
 
 
 class AnthropicModel:

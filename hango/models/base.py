@@ -157,6 +157,7 @@ class Response:
     model: str = ""
     stop_reason: str = "end_turn"
     diagnostics: CacheDiagnostics | None = None
+    id: str = ""  # the provider's id of this response (``gen_ai.response.id``)
 
 
 class Model(Protocol):

@@ -532,7 +532,8 @@ class SimulatedModel:
             count_tokens(_canonical({"name": c.name, "input": c.arguments}))
             for c in reply.tool_calls)
         response = Response(reply.text, reply.tool_calls, replace(usage, output_tokens=out),
-                            model=model, stop_reason=stop, diagnostics=diagnostics)
+                            model=model, stop_reason=stop, diagnostics=diagnostics,
+                            id=f"msg_sim_{self._answered + 1:06d}")  # this model's n-th answer
         self.calls.append((request, response))
         if isinstance(trace, PrefixTrace):
             self.prefix_traces.append(trace)

@@ -1,20 +1,26 @@
-"""hango's telemetry: one package, three readers.
+"""hango's telemetry: one package, each reader its module.
 
 * :mod:`~hango.telemetry.names`: the catalogue of every span, event, attribute and metric name;
 * :mod:`~hango.telemetry.facade`: :class:`Telemetry`, what the runtime and middlewares call
-  (``opentelemetry-api`` only; a no-op without an SDK);
+  (``opentelemetry-api`` only; a no-op without an SDK), with :mod:`~hango.telemetry.content`
+  (the opt-in prompt on the spans) and :mod:`~hango.telemetry.mirror` (what Langfuse keeps);
 * :mod:`~hango.telemetry.setup`: :func:`configure`, the SDK for memory, console, OTLP, Phoenix
   and Langfuse; :mod:`~hango.telemetry.configured` holds what it returns;
+  :mod:`~hango.telemetry.server` is ``hango serve``'s, from the environment;
 * :mod:`~hango.telemetry.prometheus`: Prometheus series names and ``/metrics``.
 
-Everything is re-exported here, so ``from hango.telemetry import X`` keeps working.
+Everything is re-exported here, so ``from hango.telemetry import X`` keeps working. The SDK
+modules (setup, configured, server) load on first use: importing this package, as every
+middleware does, loads no SDK and no exporter.
 """
 
-from hango.telemetry.configured import (
-    Configured,
-    ExportLog,
-    TrackedMetricExporter,
-    TrackedSpanExporter,
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from hango.telemetry.content import (
+    capture_from_env,
 )
 from hango.telemetry.facade import (
     Telemetry,
@@ -23,17 +29,25 @@ from hango.telemetry.names import (
     ATTR_CACHE_MISS_REASON,
     ATTR_CACHE_MISSED_INPUT_TOKENS,
     ATTR_CACHE_READ_RATIO,
+    ATTR_CONTENT_OMITTED_MESSAGES,
     ATTR_MEMORY_BYTES,
     ATTR_MEMORY_SOURCE_COUNT,
     ATTR_MEMORY_SOURCES,
     ATTR_PROPOSAL_ID,
     ATTR_PROPOSAL_OUTCOME,
+    ATTR_RUN_ID,
     ATTR_RUN_STATUS,
     ATTR_SKILLS_COUNT,
     ATTR_SKILLS_INVALID,
     ATTR_SKILLS_PARSED,
+    ATTR_TENANT_ID,
     ATTR_TOKEN_KIND,
+    ATTR_TOOL_ERROR,
     CACHE_READ_RATIO_BUCKETS,
+    CAPTURE_CONTENT_ENV,
+    CAPTURE_OFF,
+    CAPTURE_ON,
+    CONTENT_MAX_BYTES,
     ERROR_TYPE,
     EVENT_MEMORY_MISSING,
     EVENT_PROPOSAL_CREATED,
@@ -42,13 +56,22 @@ from hango.telemetry.names import (
     EVENT_RUN_RESUMED,
     EVENT_SKILL_INVALID,
     EVENT_SKILL_TOOLS_NARROWED,
+    GEN_AI_AGENT_ID,
     GEN_AI_AGENT_NAME,
+    GEN_AI_CONVERSATION_ID,
+    GEN_AI_DURATION_BUCKETS_S,
+    GEN_AI_INPUT_MESSAGES,
     GEN_AI_OPERATION_NAME,
+    GEN_AI_OUTPUT_MESSAGES,
     GEN_AI_PROVIDER_NAME,
     GEN_AI_REQUEST_MAX_TOKENS,
     GEN_AI_REQUEST_MODEL,
     GEN_AI_RESPONSE_FINISH_REASONS,
+    GEN_AI_RESPONSE_ID,
     GEN_AI_RESPONSE_MODEL,
+    GEN_AI_SYSTEM_INSTRUCTIONS,
+    GEN_AI_TOKEN_BUCKETS,
+    GEN_AI_TOKEN_TYPE,
     GEN_AI_TOOL_CALL_ID,
     GEN_AI_TOOL_NAME,
     GEN_AI_TOOL_TYPE,
@@ -56,7 +79,10 @@ from hango.telemetry.names import (
     GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
     GEN_AI_USAGE_INPUT_TOKENS,
     GEN_AI_USAGE_OUTPUT_TOKENS,
+    INPUT_MIME_TYPE,
+    INPUT_VALUE,
     INSTRUMENTS,
+    LANGFUSE_LEVEL,
     LANGFUSE_LOCAL_HOST,
     LANGFUSE_LOCAL_PUBLIC_KEY,
     LANGFUSE_LOCAL_SECRET_KEY,
@@ -65,10 +91,17 @@ from hango.telemetry.names import (
     LANGFUSE_METADATA_PREFIX,
     LANGFUSE_METADATA_SKILLS_COUNT,
     LANGFUSE_OTEL_TRACES_PATH,
+    LANGFUSE_SESSION_ID,
+    LANGFUSE_STATUS_MESSAGE,
     LANGFUSE_TRACE_METADATA_PREFIX,
+    LANGFUSE_TRACE_NAME,
+    LANGFUSE_USER_ID,
     MEMORY_BYTES_BUCKETS,
     MEMORY_LOAD_DURATION_BUCKETS_S,
+    METRIC_CACHE_MISSES,
     METRIC_CACHE_READ_RATIO,
+    METRIC_GEN_AI_DURATION,
+    METRIC_GEN_AI_TOKEN_USAGE,
     METRIC_MEMORY_BYTES,
     METRIC_MEMORY_LOAD_DURATION,
     METRIC_PROPOSALS,
@@ -77,6 +110,9 @@ from hango.telemetry.names import (
     METRIC_TOKENS,
     OPERATION_CHAT,
     OPERATION_EXECUTE_TOOL,
+    OPERATION_INVOKE_AGENT,
+    OUTPUT_MIME_TYPE,
+    OUTPUT_VALUE,
     PHOENIX_LOCAL_ENDPOINT,
     PHOENIX_PROJECT,
     PHOENIX_PROJECT_ATTRIBUTE,
@@ -84,6 +120,7 @@ from hango.telemetry.names import (
     RUN_ATTRIBUTES,
     SCOPE,
     SCOPE_VERSION,
+    SESSION_ID,
     SPAN_BEFORE_RUN,
     SPAN_DECIDE,
     SPAN_MEMORY_LOAD,
@@ -91,6 +128,7 @@ from hango.telemetry.names import (
     SPAN_SKILLS_INDEX,
     SPECS,
     TOKEN_KINDS,
+    USER_ID,
     InstrumentKind,
     InstrumentSpec,
     RunAttribute,
@@ -107,32 +145,91 @@ from hango.telemetry.prometheus import (
     prometheus_series,
     scrape_names,
 )
-from hango.telemetry.setup import (
-    DEFAULT_OTLP_ENDPOINT,
-    MODES,
-    SIGNALS,
-    Mode,
-    configure,
-    export_every_hango_span,
-    langfuse_headers,
-    otlp_endpoints,
-)
+
+if TYPE_CHECKING:
+    from hango.telemetry.configured import (
+        Configured,
+        ExportLog,
+        TrackedMetricExporter,
+        TrackedSpanExporter,
+    )
+    from hango.telemetry.server import (
+        LOG_FORMAT,
+        SERVER_SIGNALS,
+        Served,
+        console_logging,
+        langfuse_keys,
+        serve_telemetry,
+        server_endpoints,
+    )
+    from hango.telemetry.setup import (
+        DEFAULT_OTLP_ENDPOINT,
+        MODES,
+        SIGNALS,
+        Mode,
+        configure,
+        export_every_hango_span,
+        langfuse_headers,
+        otlp_endpoints,
+    )
+
+# name -> the SDK module that defines it, imported when the name is first used
+_LAZY = {
+    "Configured": "configured",
+    "DEFAULT_OTLP_ENDPOINT": "setup",
+    "ExportLog": "configured",
+    "LOG_FORMAT": "server",
+    "MODES": "setup",
+    "Mode": "setup",
+    "SERVER_SIGNALS": "server",
+    "SIGNALS": "setup",
+    "Served": "server",
+    "TrackedMetricExporter": "configured",
+    "TrackedSpanExporter": "configured",
+    "configure": "setup",
+    "console_logging": "server",
+    "export_every_hango_span": "setup",
+    "langfuse_headers": "setup",
+    "langfuse_keys": "server",
+    "otlp_endpoints": "setup",
+    "serve_telemetry": "server",
+    "server_endpoints": "server",
+}
+
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hango.telemetry' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"hango.telemetry.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ATTR_CACHE_MISSED_INPUT_TOKENS",
     "ATTR_CACHE_MISS_REASON",
     "ATTR_CACHE_READ_RATIO",
+    "ATTR_CONTENT_OMITTED_MESSAGES",
     "ATTR_MEMORY_BYTES",
     "ATTR_MEMORY_SOURCES",
     "ATTR_MEMORY_SOURCE_COUNT",
     "ATTR_PROPOSAL_ID",
     "ATTR_PROPOSAL_OUTCOME",
+    "ATTR_RUN_ID",
     "ATTR_RUN_STATUS",
     "ATTR_SKILLS_COUNT",
     "ATTR_SKILLS_INVALID",
     "ATTR_SKILLS_PARSED",
+    "ATTR_TENANT_ID",
     "ATTR_TOKEN_KIND",
+    "ATTR_TOOL_ERROR",
     "CACHE_READ_RATIO_BUCKETS",
+    "CAPTURE_CONTENT_ENV",
+    "CAPTURE_OFF",
+    "CAPTURE_ON",
+    "CONTENT_MAX_BYTES",
     "DEFAULT_OTLP_ENDPOINT",
     "ERROR_TYPE",
     "EVENT_MEMORY_MISSING",
@@ -142,13 +239,22 @@ __all__ = [
     "EVENT_RUN_RESUMED",
     "EVENT_SKILL_INVALID",
     "EVENT_SKILL_TOOLS_NARROWED",
+    "GEN_AI_AGENT_ID",
     "GEN_AI_AGENT_NAME",
+    "GEN_AI_CONVERSATION_ID",
+    "GEN_AI_DURATION_BUCKETS_S",
+    "GEN_AI_INPUT_MESSAGES",
     "GEN_AI_OPERATION_NAME",
+    "GEN_AI_OUTPUT_MESSAGES",
     "GEN_AI_PROVIDER_NAME",
     "GEN_AI_REQUEST_MAX_TOKENS",
     "GEN_AI_REQUEST_MODEL",
     "GEN_AI_RESPONSE_FINISH_REASONS",
+    "GEN_AI_RESPONSE_ID",
     "GEN_AI_RESPONSE_MODEL",
+    "GEN_AI_SYSTEM_INSTRUCTIONS",
+    "GEN_AI_TOKEN_BUCKETS",
+    "GEN_AI_TOKEN_TYPE",
     "GEN_AI_TOOL_CALL_ID",
     "GEN_AI_TOOL_NAME",
     "GEN_AI_TOOL_TYPE",
@@ -156,7 +262,10 @@ __all__ = [
     "GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS",
     "GEN_AI_USAGE_INPUT_TOKENS",
     "GEN_AI_USAGE_OUTPUT_TOKENS",
+    "INPUT_MIME_TYPE",
+    "INPUT_VALUE",
     "INSTRUMENTS",
+    "LANGFUSE_LEVEL",
     "LANGFUSE_LOCAL_HOST",
     "LANGFUSE_LOCAL_PUBLIC_KEY",
     "LANGFUSE_LOCAL_SECRET_KEY",
@@ -165,11 +274,19 @@ __all__ = [
     "LANGFUSE_METADATA_PREFIX",
     "LANGFUSE_METADATA_SKILLS_COUNT",
     "LANGFUSE_OTEL_TRACES_PATH",
+    "LANGFUSE_SESSION_ID",
+    "LANGFUSE_STATUS_MESSAGE",
     "LANGFUSE_TRACE_METADATA_PREFIX",
+    "LANGFUSE_TRACE_NAME",
+    "LANGFUSE_USER_ID",
+    "LOG_FORMAT",
     "LOOPBACK",
     "MEMORY_BYTES_BUCKETS",
     "MEMORY_LOAD_DURATION_BUCKETS_S",
+    "METRIC_CACHE_MISSES",
     "METRIC_CACHE_READ_RATIO",
+    "METRIC_GEN_AI_DURATION",
+    "METRIC_GEN_AI_TOKEN_USAGE",
     "METRIC_MEMORY_BYTES",
     "METRIC_MEMORY_LOAD_DURATION",
     "METRIC_PROPOSALS",
@@ -179,6 +296,9 @@ __all__ = [
     "MODES",
     "OPERATION_CHAT",
     "OPERATION_EXECUTE_TOOL",
+    "OPERATION_INVOKE_AGENT",
+    "OUTPUT_MIME_TYPE",
+    "OUTPUT_VALUE",
     "PHOENIX_LOCAL_ENDPOINT",
     "PHOENIX_PROJECT",
     "PHOENIX_PROJECT_ATTRIBUTE",
@@ -186,6 +306,8 @@ __all__ = [
     "RUN_ATTRIBUTES",
     "SCOPE",
     "SCOPE_VERSION",
+    "SERVER_SIGNALS",
+    "SESSION_ID",
     "SIGNALS",
     "SPAN_BEFORE_RUN",
     "SPAN_DECIDE",
@@ -194,21 +316,26 @@ __all__ = [
     "SPAN_SKILLS_INDEX",
     "SPECS",
     "TOKEN_KINDS",
+    "USER_ID",
     "Configured",
     "ExportLog",
     "InstrumentKind",
     "InstrumentSpec",
     "Mode",
     "RunAttribute",
+    "Served",
     "Telemetry",
     "TrackedMetricExporter",
     "TrackedSpanExporter",
     "add_metrics_route",
+    "capture_from_env",
     "catalogue_order",
     "configure",
+    "console_logging",
     "export_every_hango_span",
     "field_name",
     "langfuse_headers",
+    "langfuse_keys",
     "otlp_endpoints",
     "prometheus_label",
     "prometheus_meter_provider",
@@ -216,4 +343,6 @@ __all__ = [
     "prometheus_series",
     "published",
     "scrape_names",
+    "serve_telemetry",
+    "server_endpoints",
 ]

@@ -27,6 +27,11 @@ Conventions followed (see ``shared/notes/observability.md``):
   shows whichever call came last (often a cold first call at 0). The histogram keeps every call:
   the per-call distribution, its median and mean, and the share of cold calls (``le="0"``). The
   exact token-weighted ratio comes from the ``hango.tokens`` counter.
+* ``hango.skills.invalid`` is a gauge, like ``hango.skills.indexed``: the files the latest run
+  skipped. (As a counter, one bad file read by every run grew with the runs, and a dashboard
+  summing its rate showed 9.36 for a single file.) ``hango.cache.misses`` counts the calls that
+  read nothing, by why (:data:`hango.models.view.MISS_REASONS`), beside the GenAI conventions'
+  own ``gen_ai.client.token.usage`` and ``gen_ai.client.operation.duration``.
 * Each instrument is an :class:`InstrumentSpec` in :data:`INSTRUMENTS`: the facade creates the
   instruments from it, and :mod:`hango.telemetry.prometheus` derives the Prometheus series names
   from it, so the dashboard can be checked against what hango really emits.
@@ -67,6 +72,9 @@ ATTR_SKILLS_COUNT = "hango.skills.count"
 ATTR_SKILLS_INVALID = "hango.skills.invalid"
 ATTR_SKILLS_PARSED = "hango.skills.parsed"  # span: heads parsed, not from the agent's memo
 ATTR_RUN_STATUS = "hango.run.status"  # on agent.run: done, interrupted or failed
+ATTR_RUN_ID = "hango.run.id"
+ATTR_TENANT_ID = "hango.tenant.id"
+ATTR_TOOL_ERROR = "hango.tool.error"  # on execute_tool: the call failed or was refused
 ATTR_PROPOSAL_ID = "hango.proposal.id"
 ATTR_PROPOSAL_OUTCOME = "hango.proposal.outcome"  # metric attribute, see PROPOSAL_OUTCOMES
 PROPOSAL_OUTCOMES = ("proposed", "approved", "approved_with_edits", "rejected", "conflict")
@@ -93,9 +101,36 @@ GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_AGENT_ID = "gen_ai.agent.id"  # {tenant}/{agent}: an agent id is unique in its tenant only
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"  # the run id: a resumed run joins its run
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_TOKEN_TYPE = "gen_ai.token.type"  # metric attribute: input or output
+# Opt-in content (the conventions' JSON schemas; recorded as JSON strings, as the spec allows)
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
 OPERATION_CHAT = "chat"
 OPERATION_EXECUTE_TOOL = "execute_tool"
+OPERATION_INVOKE_AGENT = "invoke_agent"
 ERROR_TYPE = "error.type"
+# The GenAI instrumentations' content-capture switch: unset, NO_CONTENT or false is off (the
+# default); SPAN_ONLY, SPAN_AND_EVENT or true puts the prompt on the chat spans. hango records
+# content on spans only, so EVENT_ONLY captures nothing here.
+CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+CAPTURE_ON = ("SPAN_ONLY", "SPAN_AND_EVENT", "TRUE")
+CAPTURE_OFF = ("", "NO_CONTENT", "EVENT_ONLY", "FALSE")
+CONTENT_MAX_BYTES = 32 * 1024  # the captured text of one span, all its content attributes together
+ATTR_CONTENT_OMITTED_MESSAGES = "hango.content.omitted_messages"  # left out to stay under the cap
+
+# --- what the viewers read for a span's input and output, and a trace's session and user ------
+# OpenInference's names: Phoenix shows them as the span's input and output; Langfuse reads them
+# too when no langfuse.observation.input is set. session.id and user.id group traces in both.
+INPUT_VALUE = "input.value"
+INPUT_MIME_TYPE = "input.mime_type"
+OUTPUT_VALUE = "output.value"
+OUTPUT_MIME_TYPE = "output.mime_type"
+SESSION_ID = "session.id"
+USER_ID = "user.id"
 
 # --- Langfuse: ``langfuse.observation.metadata.<k>`` becomes filterable metadata ``<k>`` ---------
 LANGFUSE_METADATA_PREFIX = "langfuse.observation.metadata."
@@ -103,6 +138,13 @@ LANGFUSE_METADATA_MEMORY_BYTES = LANGFUSE_METADATA_PREFIX + "memory_bytes"
 LANGFUSE_METADATA_SKILLS_COUNT = LANGFUSE_METADATA_PREFIX + "skills_count"
 LANGFUSE_METADATA_CACHE_MISS_REASON = LANGFUSE_METADATA_PREFIX + "cache_miss_reason"
 LANGFUSE_OTEL_TRACES_PATH = "/api/public/otel/v1/traces"
+# Trace-level keys, set on every span of a run (Langfuse aggregates per observation); and the
+# two places an observation keeps what a span event said (Langfuse drops custom span events).
+LANGFUSE_TRACE_NAME = "langfuse.trace.name"
+LANGFUSE_SESSION_ID = "langfuse.session.id"
+LANGFUSE_USER_ID = "langfuse.user.id"
+LANGFUSE_LEVEL = "langfuse.observation.level"
+LANGFUSE_STATUS_MESSAGE = "langfuse.observation.status_message"
 # The local stack in compose.yaml (profile ``langfuse``) creates exactly these at first start.
 LANGFUSE_LOCAL_HOST = "http://localhost:3001"
 LANGFUSE_LOCAL_PUBLIC_KEY = "pk-lf-hango-local"
@@ -124,11 +166,23 @@ METRIC_SKILLS_INVALID = "hango.skills.invalid"
 METRIC_CACHE_READ_RATIO = "hango.cache.read_ratio"
 METRIC_TOKENS = "hango.tokens"
 METRIC_PROPOSALS = "hango.proposals"
+METRIC_CACHE_MISSES = "hango.cache.misses"
+METRIC_GEN_AI_TOKEN_USAGE = "gen_ai.client.token.usage"
+METRIC_GEN_AI_DURATION = "gen_ai.client.operation.duration"
 
 MEMORY_LOAD_DURATION_BUCKETS_S: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-MEMORY_BYTES_BUCKETS: tuple[float, ...] = (  # 0, then powers of 4 from 256 B to 16 MiB
-    0, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
+# 0, then powers of 2 from 16 B to the default cap (HANGO_MEMORY_MAX_BYTES, 64 KiB: a run cut at
+# the cap lands exactly on a bound), then 256 KiB, 1 MiB and 16 MiB (the largest cap allowed).
+# An estimated quantile is at most 2x off below the cap; the exact mean is sum / count.
+MEMORY_BYTES_BUCKETS: tuple[float, ...] = (
+    0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+    262144, 1048576, 16777216)
+# The GenAI conventions' recommended bounds (gen-ai-metrics.md).
+GEN_AI_TOKEN_BUCKETS: tuple[float, ...] = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+GEN_AI_DURATION_BUCKETS_S: tuple[float, ...] = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 CACHE_READ_RATIO_BUCKETS: tuple[float, ...] = (  # (-inf, 0] holds the cold calls
     0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 
@@ -156,8 +210,8 @@ INSTRUMENTS: tuple[InstrumentSpec, ...] = (
                    (ATTR_MEMORY_SOURCE_COUNT,), MEMORY_BYTES_BUCKETS),
     InstrumentSpec(METRIC_SKILLS_INDEXED, "gauge", "{skill}",
                    "Skills in the index of the latest run"),
-    InstrumentSpec(METRIC_SKILLS_INVALID, "counter", "{skill}",
-                   "SKILL.md files rejected while indexing"),
+    InstrumentSpec(METRIC_SKILLS_INVALID, "gauge", "{skill}",
+                   "SKILL.md files the latest run skipped as invalid"),
     InstrumentSpec(METRIC_CACHE_READ_RATIO, "histogram", "1",
                    "Per model call: cache_read / all input tokens",
                    (GEN_AI_REQUEST_MODEL,), CACHE_READ_RATIO_BUCKETS),
@@ -167,6 +221,17 @@ INSTRUMENTS: tuple[InstrumentSpec, ...] = (
     InstrumentSpec(METRIC_PROPOSALS, "counter", "{proposal}",
                    "Agent writes under a reserved prefix in ask mode, by outcome",
                    (ATTR_PROPOSAL_OUTCOME,)),
+    InstrumentSpec(METRIC_CACHE_MISSES, "counter", "{call}",
+                   "Model calls that read nothing from the cache, by why",
+                   (ATTR_CACHE_MISS_REASON, GEN_AI_REQUEST_MODEL)),
+    InstrumentSpec(METRIC_GEN_AI_TOKEN_USAGE, "histogram", "{token}",
+                   "Input (cached included) and output tokens per model call",
+                   (GEN_AI_OPERATION_NAME, GEN_AI_PROVIDER_NAME, GEN_AI_TOKEN_TYPE,
+                    GEN_AI_REQUEST_MODEL, GEN_AI_RESPONSE_MODEL), GEN_AI_TOKEN_BUCKETS),
+    InstrumentSpec(METRIC_GEN_AI_DURATION, "histogram", "s",
+                   "Duration of a model call, failed ones with error.type",
+                   (GEN_AI_OPERATION_NAME, GEN_AI_PROVIDER_NAME, GEN_AI_REQUEST_MODEL,
+                    ERROR_TYPE), GEN_AI_DURATION_BUCKETS_S),
 )
 SPECS = {spec.name: spec for spec in INSTRUMENTS}
 

@@ -96,7 +96,8 @@ def langfuse_headers(public_key: str, secret_key: str) -> dict[str, str]:
     return {"Authorization": f"Basic {token}", "x-langfuse-ingestion-version": "4"}
 
 
-def otlp_endpoints(base: str | None = None) -> dict[str, str | None]:
+def otlp_endpoints(base: str | None = None,
+                   signals: Sequence[str] = SIGNALS) -> dict[str, str | None]:
     """Where ``otlp`` mode sends each signal (``None``: that signal is off).
 
     Per signal: ``OTEL_<SIGNAL>_EXPORTER=none`` turns it off; else
@@ -107,7 +108,7 @@ def otlp_endpoints(base: str | None = None) -> dict[str, str | None]:
     """
     out: dict[str, str | None] = {}
     root = (base or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or DEFAULT_OTLP_ENDPOINT)
-    for signal in SIGNALS:
+    for signal in signals:
         for var in ("OTEL_EXPORTER_OTLP_PROTOCOL", f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"):
             if os.environ.get(var, "http/protobuf") != "http/protobuf":
                 raise ValueError(f"{var}={os.environ[var]!r}: hango exports OTLP over "
@@ -115,8 +116,8 @@ def otlp_endpoints(base: str | None = None) -> dict[str, str | None]:
         var = f"OTEL_{signal.upper()}_EXPORTER"
         exporters = {e.strip() for e in os.environ.get(var, "otlp").split(",") if e.strip()}
         if exporters - {"otlp", "none"}:
-            raise ValueError(f"{var}={os.environ[var]!r}: configure('otlp') supports "
-                             "'otlp' or 'none'")
+            raise ValueError(f"{var}={os.environ[var]!r}: hango exports with 'otlp' or "
+                             "'none'")
         if "none" in exporters or not exporters:
             out[signal] = None
             continue
@@ -160,6 +161,7 @@ def configure(
     logger: logging.Logger | None = None,
     timeout_s: float = 5.0,
     metric_interval_ms: int = 5_000,
+    capture_content: bool | None = None,
 ) -> Configured:
     """Build SDK providers for one destination and a :class:`Telemetry` on them.
 
@@ -184,6 +186,8 @@ def configure(
       metrics); otherwise metrics stay in memory.
 
     The providers are not made global unless ``set_global`` (the API allows that once per process).
+    ``capture_content`` puts the prompt on the chat spans (:class:`Telemetry`; ``None``: the
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` switch, off unless set).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -286,7 +290,8 @@ def configure(
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
     return Configured(
-        mode=mode, telemetry=Telemetry(tracer_provider, meter_provider, logger),
+        mode=mode, telemetry=Telemetry(tracer_provider, meter_provider, logger,
+                                       capture_content=capture_content),
         tracer_provider=tracer_provider, meter_provider=meter_provider,
         span_exporter=span_exporter, metric_reader=metric_reader,
         destinations=tuple(destinations), message=message, exports=exports,
