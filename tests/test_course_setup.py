@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,54 @@ def test_a_kernel_is_told_when_another_notebook_took_its_tenant(db: object) -> N
             second.close()
     finally:
         first.close()
+
+
+def _lab(runtime: Path) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    """``make lab`` as a learner runs it (the real jupyter server, on loopback, no browser), and
+    the server's own record of itself (its runtime file: root, port, token)."""
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime)}
+    lab = subprocess.Popen(
+        ["make", "--no-print-directory", "lab",
+         "LAB_ARGS=--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port=0"],
+        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and lab.poll() is None:
+        info = list(runtime.glob("jpserver-*.json"))
+        if info:
+            return lab, json.loads(info[0].read_text())
+        time.sleep(0.2)
+    lab.kill()
+    raise AssertionError(f"make lab did not start: {lab.communicate()[0][-3000:]}")
+
+
+def test_make_lab_roots_the_lab_at_the_project_so_every_notebook_link_opens(tmp_path: Path) -> None:
+    import httpx
+
+    from learner_text import links, notebooks
+
+    lab, info = _lab(tmp_path)
+    try:
+        assert Path(str(info["root_dir"])) == ROOT
+        opens = next(tmp_path.glob("jpserver-file-to-run-*-open.html")).read_text()
+        assert "/lab/tree/notebooks/00-setup-and-tour.ipynb" in opens  # the lab opens on 00
+
+        def exists(path: str) -> bool:
+            response = httpx.get(f"{info['url']}api/contents/{path}",
+                                 params={"content": 0}, headers={"Authorization": f"token {info['token']}"})
+            return response.status_code == 200
+
+        assert exists("docs/learning/11-memory-and-skills.md") and exists("docs/learning/glossary.md")
+        assert exists("README.md")
+        broken, checked = [], 0
+        for notebook in notebooks():
+            for where, target in links(notebook):
+                if target.startswith(("http://", "https://", "#")):
+                    continue
+                path = (notebook.parent / target.split("#")[0]).resolve().relative_to(ROOT)
+                checked += 1
+                if not exists(path.as_posix()):
+                    broken.append(f"{notebook.relative_to(ROOT)} {where}: {target}")
+        assert checked > 20 and not broken, broken
+    finally:
+        lab.terminate()
+        lab.wait(timeout=30)
