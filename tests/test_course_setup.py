@@ -88,6 +88,17 @@ def test_doctor_names_an_unwritable_data_folder_and_exits_non_zero(tmp_path: Pat
     assert "PROBLEM data folder" in done.stdout and "HANGO_DATA_DIR" in done.stdout
 
 
+def test_doctor_reports_a_bad_setting_once_under_its_own_check_without_a_traceback(
+        tmp_path: Path) -> None:
+    env = {**os.environ, "HANGO_PORT": "notaport"}
+    done = subprocess.run([sys.executable, "-m", "hango.doctor"], cwd=tmp_path, env=env, text=True,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    problems = [line for line in done.stdout.splitlines() if line.startswith("PROBLEM")]
+    assert problems == [problems[0]] and problems[0].startswith("PROBLEM HANGO_* settings: HANGO_PORT")
+    assert "skipped API port" in done.stdout and "ok      JupyterLab" in done.stdout
+
+
 def test_a_kernel_is_told_when_another_notebook_took_its_tenant(db: object) -> None:
     from hango.api.client import ApiError
     from hango.models.simulated import SimulatedModel
@@ -132,7 +143,6 @@ def _lab(runtime: Path) -> tuple[subprocess.Popen[str], dict[str, object]]:
 
 def test_make_lab_roots_the_lab_at_the_project_so_every_notebook_link_opens(tmp_path: Path) -> None:
     import httpx
-
     from learner_text import links, notebooks
 
     lab, info = _lab(tmp_path)
