@@ -101,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     files_pull = files_sub.add_parser("pull", help="copy REMOTE_DIR's files into LOCAL_DIR")
     files_pull.add_argument("remote", metavar="REMOTE_DIR")
     files_pull.add_argument("local", metavar="LOCAL_DIR")
+    files_pull.add_argument("--force", action="store_true",
+                            help="replace local files edited since the last pull")
     for each in (files_push, files_pull):
         each.add_argument("--agent", required=True, help="the agent whose files these are")
         each.add_argument("--url", help="the files API (default http://HANGO_HOST:HANGO_PORT)")
