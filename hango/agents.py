@@ -25,6 +25,8 @@ from hango.fs.path import ROLES as ROLES  # re-exported: the CLI reads it here
 from hango.settings import Settings, SettingsError
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+# The agent of the course: every notebook's, each workshop seat's, the README's curl lines.
+COURSE_AGENT = "assistant"
 TOOL_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
 
 
@@ -324,14 +326,33 @@ def lock_agent(conn: psycopg.Connection[Any], tenant_id: str, agent_id: str) -> 
                  [tenant_id, agent_id])
 
 
-def create_seats(db: Database, seats: Sequence[tuple[str, str, str]],
-                 config: AgentConfig) -> None:
+@dataclass(frozen=True)
+class SeatsMade:
+    """What :func:`create_seats` found and did: new tenants, and the earlier seat tokens."""
+
+    created: int  # tenants that did not exist before
+    earlier_tokens: int  # owner tokens of earlier runs (label "workshop") on these tenants
+    revoked: bool  # whether those were revoked
+
+
+def create_seats(db: Database, seats: Sequence[tuple[str, str, str]], config: AgentConfig,
+                 revoke_earlier: bool = False) -> SeatsMade:
     """Each ``(tenant, agent, owner token)``: the tenant, the agent with ``config`` and the token,
-    all in one transaction. Existing tenants and agents are kept as they are."""
+    all in one transaction. Existing tenants and agents are kept as they are; the owner tokens an
+    earlier call made for them keep working, unless ``revoke_earlier``."""
     body = config.model_dump_json(exclude_none=False)
+    tenants = [tenant for tenant, _, _ in seats]
     with db.admin() as conn, conn.cursor() as cur:
+        row = cur.execute("SELECT count(*) FROM tenants WHERE tenant_id = ANY(%s)", [tenants]).fetchone()
+        existing = int(row[0]) if row else 0
+        earlier = ("FROM api_tokens WHERE tenant_id = ANY(%s) AND role = 'owner'"
+                   " AND label = 'workshop'")
+        row = cur.execute(f"SELECT count(*) {earlier}", [tenants]).fetchone()
+        tokens = int(row[0]) if row else 0
+        if revoke_earlier:
+            cur.execute(f"DELETE {earlier}", [tenants])
         cur.executemany("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                        [[tenant] for tenant, _, _ in seats])
+                        [[tenant] for tenant in tenants])
         cur.executemany(
             "INSERT INTO agents (tenant_id, agent_id, config) VALUES (%s, %s, %s)"
             " ON CONFLICT DO NOTHING", [[tenant, agent, body] for tenant, agent, _ in seats])
@@ -339,6 +360,16 @@ def create_seats(db: Database, seats: Sequence[tuple[str, str, str]],
             "INSERT INTO api_tokens (token_sha256, tenant_id, role, label)"
             " VALUES (%s, %s, 'owner', 'workshop')",
             [[token_digest(token), tenant] for tenant, _, token in seats])
+    return SeatsMade(len(tenants) - existing, tokens, revoke_earlier)
+
+
+def drop_tenants_matching(db: Database, pattern: str) -> list[str]:
+    """Delete every tenant whose id matches the regular expression ``pattern`` (PostgreSQL's
+    ``~``), with its agents, files, tokens and runs, in one transaction; return their ids."""
+    with db.admin() as conn:
+        rows = conn.execute("DELETE FROM tenants WHERE tenant_id ~ %s RETURNING tenant_id",
+                            [pattern]).fetchall()
+    return sorted(str(r[0]) for r in rows)
 
 
 def list_agents(db: Database, tenant_id: str) -> list[str]:

@@ -13,7 +13,7 @@ from itertools import count
 from typing import Any
 
 from hango.agent.runtime import Agent, RunResult
-from hango.agents import AgentConfig, create_tenant, create_token, drop_tenant, save_agent
+from hango.agents import COURSE_AGENT, AgentConfig, create_tenant, create_token, drop_tenant, save_agent
 from hango.api.app import create_app, serve_in_thread
 from hango.api.client import ApiError, FilesClient
 from hango.db import Database, get_database
@@ -158,7 +158,7 @@ class Course:
         self.telemetry.shutdown()
 
 
-def start(tenant: str, agent_id: str = "assistant", config: AgentConfig | None = None,
+def start(tenant: str, agent_id: str = COURSE_AGENT, config: AgentConfig | None = None,
           model: Model | None = None) -> Course:
     """Start a notebook from a clean slate: drop and recreate ``tenant``, serve the API.
 

@@ -24,6 +24,7 @@ from hango.cli.files import cmd_files, cmd_skills
 from hango.db import DatabaseError
 from hango.embedded import EmbeddedError
 from hango.settings import SettingsError, get_settings
+from hango.workshop import AGENT as WORKSHOP_AGENT
 
 __all__ = ["CliError", "main"]
 
@@ -144,7 +145,15 @@ def _parser() -> argparse.ArgumentParser:
         "provision", help="a tenant, an owner token and an agent per learner; CSV on stdout")
     provision.add_argument("--learners", type=int, required=True)
     provision.add_argument("--prefix", default="learner", help="tenant ids are PREFIX-01 ...")
-    provision.add_argument("--agent", default="a1", help="the agent id each learner gets")
+    provision.add_argument("--agent", default=WORKSHOP_AGENT,
+                           help=f"the agent id each learner gets (default: {WORKSHOP_AGENT}, as "
+                                "in the README and the notebooks)")
+    provision.add_argument("--revoke-earlier", action="store_true",
+                           help="revoke the owner tokens an earlier provision made for them")
+    remove = workshop_sub.add_parser(
+        "remove", help="delete every tenant PREFIX-NN, with its agents, files and tokens")
+    remove.add_argument("--prefix", default="learner")
+    remove.add_argument("--yes", action="store_true", help="yes, delete them")
     workshop.set_defaults(func=cmd_workshop)
     return parser
 
