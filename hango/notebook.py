@@ -17,6 +17,7 @@ from hango.agents import COURSE_AGENT, AgentConfig, create_tenant, create_token,
 from hango.api.app import create_app, serve_in_thread
 from hango.api.client import ApiError, FilesClient
 from hango.db import Database, get_database
+from hango.exercises.progress import learner_name
 from hango.fs.backend import PostgresBackend
 from hango.models.base import Model, Request, Response
 from hango.models.simulated import count_tokens, positions
@@ -125,6 +126,7 @@ class Course:
     base_url: str
     telemetry: Configured
     _stop: Callable[[], None]
+    learner: str = "learner"  # whose exercise progress check() records (HANGO_LEARNER)
     _runs: count[int] = field(default_factory=lambda: count(1))
     _generation: object = None
     owner: FilesClient = field(init=False)
@@ -176,7 +178,8 @@ def start(tenant: str, agent_id: str = COURSE_AGENT, config: AgentConfig | None 
     app.state.hango_telemetry = telemetry.telemetry
     app.state.hango_run_ids = lambda: f"run-{next(runs)}"
     base_url, stop = serve_in_thread(app)
-    course = Course(db, tenant, agent_id, base_url, telemetry, stop, runs,
+    course = Course(db, tenant, agent_id, base_url, telemetry, stop,
+                    learner=learner_name(db.settings.learner), _runs=runs,
                     _generation=_generation(db, tenant))
     course.owner = course.client(create_token(db, tenant, "owner", "notebook"))
     course.member = course.client(create_token(db, tenant, "member", "notebook"))
