@@ -19,8 +19,8 @@ from hango.api.client import ApiError, FilesClient
 from hango.db import Database, get_database
 from hango.exercises.progress import learner_name
 from hango.fs.backend import PostgresBackend
-from hango.models.base import Model, Request, Response
-from hango.models.simulated import count_tokens, positions
+from hango.models.base import Model, Request, Response, _blank
+from hango.models.simulated import positions
 from hango.telemetry import Configured, configure
 
 
@@ -29,16 +29,24 @@ def _preview(text: str, width: int) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def _system_tokens(request: Request) -> list[int]:
+    """Each system block's tokens as the provider is charged for them (the simulator's count):
+    its text, ``ceil(bytes / 4)``, plus the 3 tokens every block costs; 0 for a blank block,
+    which is not sent. :func:`show_request` and :func:`draw_request` print the same numbers."""
+    sent = iter(p.tokens for p in positions(request) if p.tier == "system")
+    return [0 if _blank(block.text) else next(sent) for block in request.system]
+
+
 def show_request(request: Request, width: int = 60) -> None:
     """Print the tools, the system blocks (with the breakpoint marked) and the messages."""
     tool_tokens = sum(p.tokens for p in positions(request) if p.tier == "tools")
     print(f"tools: {', '.join(t.name for t in request.tools) or '(none)'}  "
           f"(~{tool_tokens} tokens)")
-    print("system blocks:")
+    print("system blocks (tokens: the text's bytes / 4, plus 3 per block):")
     breakpoint_at = request.system_breakpoint
-    for i, block in enumerate(request.system):
+    for i, (block, tokens) in enumerate(zip(request.system, _system_tokens(request), strict=True)):
         mark = "  <- cache breakpoint" if i == breakpoint_at else ""
-        print(f"  [{i}] {block.source:<22} ~{count_tokens(block.text):>5} tok  "
+        print(f"  [{i}] {block.source:<22} ~{tokens:>5} tok  "
               f"{_preview(block.text, width)}{mark}")
     print(f"messages: {len(request.messages)}; breakpoints: "
           + ", ".join(f"{b.tier}[{b.index}]" for b in request.breakpoints))
@@ -193,11 +201,9 @@ def draw_request(request: Request, title: str = "") -> Any:
     import matplotlib.pyplot as plt
 
     segments: list[tuple[str, int]] = []
+    sources = iter(b.source for b in request.system if not _blank(b.text))  # as sent, in order
     for p in positions(request):
-        if p.tier == "system":
-            label = request.system[int(p.label.split("[")[1].split("]")[0])].source
-        else:
-            label = p.tier
+        label = next(sources) if p.tier == "system" else p.tier
         if segments and p.tier != "system" and segments[-1][0] == label:
             segments[-1] = (label, segments[-1][1] + p.tokens)
         else:
