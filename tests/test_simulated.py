@@ -281,6 +281,9 @@ def test_minimums_come_from_the_data_table() -> None:
 def test_an_unknown_model_gets_the_strictest_minimum_and_a_warning_naming_it() -> None:
     with pytest.warns(UserWarning, match="'some-new-model'.*4096"):
         assert min_cacheable_tokens("some-new-model") == 4096
+    for newer in ("claude-opus-5-5", "claude-sonnet-5-5", "claude-fable-5-2"):  # not Opus 5's...
+        with pytest.warns(UserWarning, match=f"'{newer}'.*4096"):
+            assert min_cacheable_tokens(newer) == 4096
     with pytest.warns(UserWarning, match="'claude-sonnet-9'"):
         r = SimulatedModel("claude-sonnet-9", clock=Clock()).complete(request(10, (9,), model=""))
     assert r.diagnostics == CacheDiagnostics("below_minimum")  # 1030 < 4096

@@ -88,6 +88,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -188,11 +189,10 @@ PRICES: dict[str, Price] = {
 
 
 def _lookup(table: dict[str, Any], model: str) -> Any:
-    """Exact name, else the longest ``key-`` prefix (``claude-sonnet-4-5-20250929``)."""
-    if model in table:
-        return table[model]
-    keys = [k for k in table if model.startswith(k + "-")]
-    return table[max(keys, key=len)] if keys else None
+    """The row of ``model``, or of the model it is a dated snapshot of (``claude-sonnet-4-5-20250929``
+    is ``claude-sonnet-4-5``). A newer model is not an older one's snapshot: ``claude-opus-5-5``
+    gets no row from ``claude-opus-5``."""
+    return table.get(model, table.get(re.sub(r"-\d{8}$", "", model)))
 
 
 def min_cacheable_tokens(model: str) -> int:
