@@ -150,3 +150,67 @@ def test_the_glossarys_numbers_are_the_codes() -> None:
     doc = " ".join((CacheDiagnostics.__doc__ or "").split())
     reasons = set(re.findall(r"``(\w+)``", doc)) - {"miss_reason", "None"}
     assert set(re.findall(r"`([a-z_]+)`", entry)) - {"show_usage"} == reasons
+
+
+CHAPTER = ROOT / "docs" / "learning" / "11-memory-and-skills.md"
+GUIDE = ROOT / "docs" / "learning" / "README.md"
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def _minutes(said: str) -> int:
+    hours = re.search(r"(\d+) h", said)
+    return int(hours.group(1)) * 60 * bool(hours) + int(re.search(r"(\d+) min", said).group(1))
+
+
+def test_the_time_tables_cover_every_notebook_and_add_up() -> None:
+    from hango.exercises import NOTEBOOKS
+
+    chapter = _section(CHAPTER.read_text(encoding="utf-8"), "## 13. Time")
+    rows = dict(re.findall(r"^\| (\d\d) [^|]+\| (\d+) min \|$", chapter, flags=re.MULTILINE))
+    guide = GUIDE.read_text(encoding="utf-8")
+    listed = dict(re.findall(r"^\| (\d\d) \| `[^|]+\|.*\| (\d+) min \|$", guide, flags=re.MULTILINE))
+    assert set(rows) == set(listed) == set(NOTEBOOKS) and rows == listed
+    total = sum(int(m) for m in rows.values())
+    (said,) = re.findall(r"^\| \*\*total\*\* \| \*\*(.+?)\*\*", chapter, flags=re.MULTILINE)
+    assert _minutes(said) == total
+    assert f"In all: {total // 60} h {total % 60} min of notebooks" in " ".join(guide.split())
+
+
+def test_one_exercise_numbering_in_the_chapter_the_guide_and_the_notebooks() -> None:
+    from hango.exercises import EXERCISES, NOTEBOOKS
+
+    chapter = _section(CHAPTER.read_text(encoding="utf-8"), "## 12. Exercises")
+    listed = re.findall(r"^- \*\*(\d\d\.\d) (.+?)\.\*\*", chapter, flags=re.MULTILINE)
+    assert listed == [(i, " ".join(EXERCISES[i].title.split())) for i in sorted(EXERCISES)]
+    guide = GUIDE.read_text(encoding="utf-8")
+    for number in NOTEBOOKS:
+        ids = sorted(i for i in EXERCISES if i[:2] == number)
+        row = next(line for line in guide.splitlines() if line.startswith(f"| {number} | `"))
+        said = re.search(r"exercises ([\d., –]+)", row)
+        assert said is not None, row
+        spans = said.group(1).strip()
+        first, _, last = spans.partition("–")
+        named = ([i for i in ids if first <= i <= last] if last else
+                 [s.strip() for s in spans.split(",")])
+        assert named == ids, (number, spans)
+    for path in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")):
+        prose = " ".join(t.text for t in texts(path) if t.markdown)
+        ids = sorted(i for i in EXERCISES if i[:2] == path.name[:2])
+        assert all(f"**{i} " in prose for i in ids), path.name  # each exercise under its number
+        assert not re.search(r"\bexercises? \d\b", prose, flags=re.IGNORECASE), path.name
+
+
+def test_the_chapters_minimum_length_table_is_the_simulators() -> None:
+    from hango.models.simulated import MIN_CACHEABLE
+
+    chapter = CHAPTER.read_text(encoding="utf-8")
+    rows = re.findall(r"^\| ([\d,]+) \| (`.+) \|$", chapter, flags=re.MULTILINE)
+    table = {int(tokens.replace(",", "")): re.findall(r"`([\w.-]+)`", ids) for tokens, ids in rows}
+    expected: dict[int, list[str]] = {}
+    for name, row in MIN_CACHEABLE.items():
+        expected.setdefault(row.tokens, []).append(name)
+    assert table == expected
