@@ -326,50 +326,14 @@ def lock_agent(conn: psycopg.Connection[Any], tenant_id: str, agent_id: str) -> 
                  [tenant_id, agent_id])
 
 
-@dataclass(frozen=True)
-class SeatsMade:
-    """What :func:`create_seats` found and did: new tenants, and the earlier seat tokens."""
-
-    created: int  # tenants that did not exist before
-    earlier_tokens: int  # owner tokens of earlier runs (label "workshop") on these tenants
-    revoked: bool  # whether those were revoked
-
-
-def create_seats(db: Database, seats: Sequence[tuple[str, str, str]], config: AgentConfig,
-                 revoke_earlier: bool = False) -> SeatsMade:
-    """Each ``(tenant, agent, owner token)``: the tenant, the agent with ``config`` and the token,
-    all in one transaction. Existing tenants and agents are kept as they are; the owner tokens an
-    earlier call made for them keep working, unless ``revoke_earlier``."""
+def add_agents(conn: psycopg.Connection[Any], seats: Sequence[tuple[str, str]],
+               config: AgentConfig) -> None:
+    """Each ``(tenant, agent)`` that does not exist yet, with ``config``, in the caller's
+    transaction (a workshop's seats); existing agents are kept as they are."""
     body = config.model_dump_json(exclude_none=False)
-    tenants = [tenant for tenant, _, _ in seats]
-    with db.admin() as conn, conn.cursor() as cur:
-        row = cur.execute("SELECT count(*) FROM tenants WHERE tenant_id = ANY(%s)", [tenants]).fetchone()
-        existing = int(row[0]) if row else 0
-        earlier = ("FROM api_tokens WHERE tenant_id = ANY(%s) AND role = 'owner'"
-                   " AND label = 'workshop'")
-        row = cur.execute(f"SELECT count(*) {earlier}", [tenants]).fetchone()
-        tokens = int(row[0]) if row else 0
-        if revoke_earlier:
-            cur.execute(f"DELETE {earlier}", [tenants])
-        cur.executemany("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                        [[tenant] for tenant in tenants])
-        cur.executemany(
-            "INSERT INTO agents (tenant_id, agent_id, config) VALUES (%s, %s, %s)"
-            " ON CONFLICT DO NOTHING", [[tenant, agent, body] for tenant, agent, _ in seats])
-        cur.executemany(
-            "INSERT INTO api_tokens (token_sha256, tenant_id, role, label)"
-            " VALUES (%s, %s, 'owner', 'workshop')",
-            [[token_digest(token), tenant] for tenant, _, token in seats])
-    return SeatsMade(len(tenants) - existing, tokens, revoke_earlier)
-
-
-def drop_tenants_matching(db: Database, pattern: str) -> list[str]:
-    """Delete every tenant whose id matches the regular expression ``pattern`` (PostgreSQL's
-    ``~``), with its agents, files, tokens and runs, in one transaction; return their ids."""
-    with db.admin() as conn:
-        rows = conn.execute("DELETE FROM tenants WHERE tenant_id ~ %s RETURNING tenant_id",
-                            [pattern]).fetchall()
-    return sorted(str(r[0]) for r in rows)
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO agents (tenant_id, agent_id, config) VALUES (%s, %s, %s)"
+                        " ON CONFLICT DO NOTHING", [[tenant, agent, body] for tenant, agent in seats])
 
 
 def list_agents(db: Database, tenant_id: str) -> list[str]:

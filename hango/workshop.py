@@ -17,7 +17,7 @@ import io
 import secrets
 from dataclasses import dataclass
 
-from hango.agents import COURSE_AGENT, AgentConfig, _check_id, create_seats, drop_tenants_matching
+from hango.agents import COURSE_AGENT, AgentConfig, _check_id, add_agents, token_digest
 from hango.db import Database
 
 MAX_LEARNERS = 1000
@@ -70,15 +70,31 @@ def provision(db: Database, learners: int, prefix: str = "learner", agent: str =
     tenants = _tenants(learners, prefix)
     _check_id("agent id", agent)
     seats = [Seat(t, agent, "hango_" + secrets.token_urlsafe(24)) for t in tenants]
-    made = create_seats(db, [(s.tenant, s.agent, s.token) for s in seats], config or AgentConfig(),
-                        revoke_earlier=revoke_earlier)
-    return Provisioned(seats, made.created, made.earlier_tokens, made.revoked)
+    earlier = "FROM api_tokens WHERE tenant_id = ANY(%s) AND role = 'owner' AND label = 'workshop'"
+    with db.admin() as conn, conn.cursor() as cur:  # one transaction: all the seats, or none
+        row = cur.execute("SELECT count(*) FROM tenants WHERE tenant_id = ANY(%s)", [tenants]).fetchone()
+        existing = int(row[0]) if row else 0
+        row = cur.execute(f"SELECT count(*) {earlier}", [tenants]).fetchone()
+        tokens = int(row[0]) if row else 0
+        if revoke_earlier:
+            cur.execute(f"DELETE {earlier}", [tenants])
+        cur.executemany("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                        [[s.tenant] for s in seats])
+        add_agents(conn, [(s.tenant, s.agent) for s in seats], config or AgentConfig())
+        cur.executemany("INSERT INTO api_tokens (token_sha256, tenant_id, role, label)"
+                        " VALUES (%s, %s, 'owner', 'workshop')",
+                        [[token_digest(s.token), s.tenant] for s in seats])
+    return Provisioned(seats, len(tenants) - existing, tokens, revoke_earlier)
 
 
 def remove(db: Database, prefix: str = "learner") -> list[str]:
-    """Delete every tenant ``{prefix}-NN`` (with its agents, files, tokens and runs)."""
-    _check_id("tenant id", f"{prefix}-01")
-    return drop_tenants_matching(db, f"^{prefix}-[0-9]+$")  # the id rule allows no metacharacter
+    """Delete every tenant ``{prefix}-NN`` with its agents, files, tokens and runs, in one
+    transaction; return their ids."""
+    _check_id("tenant id", f"{prefix}-01")  # the id rule allows no regular-expression metacharacter
+    with db.admin() as conn:
+        rows = conn.execute("DELETE FROM tenants WHERE tenant_id ~ %s RETURNING tenant_id",
+                            [f"^{prefix}-[0-9]+$"]).fetchall()
+    return sorted(str(r[0]) for r in rows)
 
 
 def as_csv(seats: list[Seat]) -> str:
