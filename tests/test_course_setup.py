@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -127,18 +128,19 @@ def _lab(runtime: Path) -> tuple[subprocess.Popen[str], dict[str, object]]:
     """``make lab`` as a learner runs it (the real jupyter server, on loopback, no browser), and
     the server's own record of itself (its runtime file: root, port, token)."""
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime)}
-    lab = subprocess.Popen(
+    lab = subprocess.Popen(  # a session of its own: make and the jupyter it starts end together
         ["make", "--no-print-directory", "lab",
          "LAB_ARGS=--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port=0"],
-        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        cwd=ROOT, env=env, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and lab.poll() is None:
         info = list(runtime.glob("jpserver-*.json"))
         if info:
             return lab, json.loads(info[0].read_text())
         time.sleep(0.2)
-    lab.kill()
-    raise AssertionError(f"make lab did not start: {lab.communicate()[0][-3000:]}")
+    os.killpg(lab.pid, signal.SIGKILL)
+    raise AssertionError(f"make lab did not start (exit {lab.poll()}); run it by hand to see why")
 
 
 def test_make_lab_roots_the_lab_at_the_project_so_every_notebook_link_opens(tmp_path: Path) -> None:
@@ -169,5 +171,5 @@ def test_make_lab_roots_the_lab_at_the_project_so_every_notebook_link_opens(tmp_
                     broken.append(f"{notebook.relative_to(ROOT)} {where}: {target}")
         assert checked > 20 and not broken, broken
     finally:
-        lab.terminate()
+        os.killpg(lab.pid, signal.SIGTERM)  # jupyter is make's child: stop the whole group
         lab.wait(timeout=30)
