@@ -39,11 +39,13 @@ install-lab: $(BIN)/.hango-lab
 install: $(BIN)/.hango-installed
 
 # JupyterLab on the whole project, opened on notebook 00: the chapter (docs/learning/) is one
-# click away and every notebook links to its section. LAB_ARGS reaches jupyter, e.g.
+# click away and every notebook links to its section. A file argument alone would make its folder
+# (notebooks/) the lab's root, where ../docs links cannot be opened: root_dir says the project.
+# LAB_ARGS reaches jupyter, e.g.
 #   make lab LAB_ARGS="--no-browser --port 8890"
 lab: install-lab
-	IPYKERNEL_CELL_NAME="<IPY-INPUT>" $(BIN)/jupyter lab $(ROOT_ARGS) $(LAB_ARGS) \
-	  notebooks/00-setup-and-tour.ipynb
+	IPYKERNEL_CELL_NAME="<IPY-INPUT>" $(BIN)/jupyter lab $(ROOT_ARGS) --ServerApp.root_dir=. \
+	  $(LAB_ARGS) notebooks/00-setup-and-tour.ipynb
 
 doctor: venv
 	@$(BIN)/python -m hango.doctor

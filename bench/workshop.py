@@ -101,7 +101,8 @@ def seats(db: object, learners: int, prefix: str) -> list[tuple[str, str]]:
             save_agent(db, tenant, "a1", AgentConfig())  # type: ignore[arg-type]
             out.append((tenant, create_token(db, tenant, "owner")))  # type: ignore[arg-type]
         return out
-    return [(s.tenant, s.token) for s in provision(db, learners, prefix=prefix)]  # type: ignore[arg-type]
+    provisioned = provision(db, learners, prefix=prefix, agent="a1")  # type: ignore[arg-type]
+    return [(s.tenant, s.token) for s in getattr(provisioned, "seats", provisioned)]
 
 
 def memory(nonce: str, version: int) -> bytes:

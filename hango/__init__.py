@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from hango.agents import AgentConfig, create_tenant, create_token, save_agent
     from hango.api.client import ApiError, FilesClient
     from hango.db import Database, get_database
+    from hango.exercises import check, progress
     from hango.fs.backend import PostgresBackend
     from hango.models.simulated import SimulatedModel, tool_call
     from hango.notebook import draw_request, show_index, show_request, show_usage, show_warnings, start
@@ -54,13 +55,16 @@ _WHERE: dict[str, str] = {
     "show_usage": "hango.notebook",
     "show_warnings": "hango.notebook",
     "draw_request": "hango.notebook",
+    # the exercises: check one, and see what is passed and what is next
+    "check": "hango.exercises",
+    "progress": "hango.exercises",
 }
 
 __all__ = [
     "Agent", "AgentConfig", "ApiError", "Database", "FilesClient", "PostgresBackend",
-    "RunResult", "Settings", "SimulatedModel", "Telemetry", "configure", "create_tenant",
-    "create_token", "draw_request", "get_database", "load_settings", "save_agent", "show_index",
-    "show_request", "show_usage", "show_warnings", "start", "tool_call",
+    "RunResult", "Settings", "SimulatedModel", "Telemetry", "check", "configure", "create_tenant",
+    "create_token", "draw_request", "get_database", "load_settings", "progress", "save_agent",
+    "show_index", "show_request", "show_usage", "show_warnings", "start", "tool_call",
 ]
 
 

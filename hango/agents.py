@@ -25,6 +25,8 @@ from hango.fs.path import ROLES as ROLES  # re-exported: the CLI reads it here
 from hango.settings import Settings, SettingsError
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+# The agent of the course: every notebook's, each workshop seat's, the README's curl lines.
+COURSE_AGENT = "assistant"
 TOOL_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
 
 
@@ -324,21 +326,14 @@ def lock_agent(conn: psycopg.Connection[Any], tenant_id: str, agent_id: str) -> 
                  [tenant_id, agent_id])
 
 
-def create_seats(db: Database, seats: Sequence[tuple[str, str, str]],
-                 config: AgentConfig) -> None:
-    """Each ``(tenant, agent, owner token)``: the tenant, the agent with ``config`` and the token,
-    all in one transaction. Existing tenants and agents are kept as they are."""
+def add_agents(conn: psycopg.Connection[Any], seats: Sequence[tuple[str, str]],
+               config: AgentConfig) -> None:
+    """Each ``(tenant, agent)`` that does not exist yet, with ``config``, in the caller's
+    transaction (a workshop's seats); existing agents are kept as they are."""
     body = config.model_dump_json(exclude_none=False)
-    with db.admin() as conn, conn.cursor() as cur:
-        cur.executemany("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                        [[tenant] for tenant, _, _ in seats])
-        cur.executemany(
-            "INSERT INTO agents (tenant_id, agent_id, config) VALUES (%s, %s, %s)"
-            " ON CONFLICT DO NOTHING", [[tenant, agent, body] for tenant, agent, _ in seats])
-        cur.executemany(
-            "INSERT INTO api_tokens (token_sha256, tenant_id, role, label)"
-            " VALUES (%s, %s, 'owner', 'workshop')",
-            [[token_digest(token), tenant] for tenant, _, token in seats])
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO agents (tenant_id, agent_id, config) VALUES (%s, %s, %s)"
+                        " ON CONFLICT DO NOTHING", [[tenant, agent, body] for tenant, agent in seats])
 
 
 def list_agents(db: Database, tenant_id: str) -> list[str]:

@@ -48,14 +48,21 @@ def _package() -> str | None:
     return None
 
 
-def _data_dir() -> str | None:
-    from hango.settings import load_settings
+def _settings() -> str | None:
+    from hango.settings import SettingsError, load_settings
 
     try:
-        settings = load_settings()
-    except ValueError as exc:
-        return str(exc)
+        load_settings()
+    except SettingsError as exc:
+        return f"{exc}; fix or unset the variable"
+    return None
+
+
+def _data_dir() -> str | None:
     from hango.db import resolve_data_dir
+    from hango.settings import load_settings
+
+    settings = load_settings()
 
     data = resolve_data_dir(settings)
     probe = data if data.exists() else data.parent
@@ -104,9 +111,11 @@ def _jupyter() -> str | None:
 
 
 CHECKS: list[tuple[str, Callable[[], str | None]]] = [
-    ("Python 3.11+", _python), ("hango imports", _package), ("data folder", _data_dir),
-    ("database starts", _database), ("API port", _port), ("JupyterLab", _jupyter),
+    ("Python 3.11+", _python), ("hango imports", _package), ("HANGO_* settings", _settings),
+    ("data folder", _data_dir), ("database starts", _database), ("API port", _port),
+    ("JupyterLab", _jupyter),
 ]
+NEED_SETTINGS = {"data folder", "database starts", "API port"}  # they read HANGO_* themselves
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,11 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     if "--lab-settings" in args:
         print(f"JupyterLab settings: {write_lab_settings()}")
         return 0
-    problems = 0
+    problems, settings_ok = 0, True
     for name, check in CHECKS:
+        if name in NEED_SETTINGS and not settings_ok:
+            print(f"skipped {name}: it needs the HANGO_* settings above")
+            continue
         problem = check()
         print(f"{'ok     ' if problem is None else 'PROBLEM'} {name}" + (f": {problem}" if problem else ""))
         problems += problem is not None
+        settings_ok = settings_ok and not (name == "HANGO_* settings" and problem)
     print("ready: run `make lab`" if not problems else f"{problems} problem(s); fix them, then `make doctor`")
     return problems
 

@@ -3,7 +3,8 @@
 By default hango's server is real PostgreSQL from the wheel, with data in ``.hango/pgdata`` beside
 the project. The first process that needs it starts it; a notebook kernel, ``hango serve`` and
 pytest then share the one server (the wheel keeps a list of the processes using it, in
-``pgdata/.handle_pids.json``, and stops the server when the last one exits). :mod:`hango.db`
+``pgdata/.handle_pids.json``, and stops the server when the last one exits; a process killed
+before it could leave the list is dropped from it by the next one that starts or exits). :mod:`hango.db`
 connects to it; ``hango db start|stop|status`` pins, stops and inspects it. Both go through here,
 so the wheel's private parts (its postmaster reader, its ``pg_ctl``, its handle list) are used in
 one place only.
@@ -11,6 +12,7 @@ one place only.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import subprocess
@@ -117,10 +119,29 @@ def start_embedded(pgdata: Path, cleanup_mode: str | None) -> Any:
 
         ensure_prefix_permissions(pgdata.resolve())
     try:
-        return (PostgresServer._instances.get(where)
-                or PostgresServer(where, cleanup_mode=cleanup_mode))
+        server = (PostgresServer._instances.get(where)
+                  or PostgresServer(where, cleanup_mode=cleanup_mode))
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         raise EmbeddedError(_start_failure(pgdata, exc)) from None
+    forget_dead_handles(server)
+    # atexit runs last-registered first: this runs before the wheel's own cleanup, so a user
+    # killed meanwhile (a kernel ended with SIGKILL) cannot keep the server running for ever.
+    atexit.register(forget_dead_handles, server)
+    return server
+
+
+def forget_dead_handles(server: Any) -> list[int]:
+    """Drop from the wheel's handle list every process that no longer exists; return the rest.
+
+    The wheel lists each process using the server and stops it when the last one exits, but a
+    process killed without running its exit handlers stays listed, and the server then never
+    stops. The :data:`PIN` is kept."""
+    with server._lock:
+        handles = server.global_process_id_list.get()
+        alive = [pid for pid in handles if pid == PIN or _alive(pid)]
+        if alive != handles:
+            server.global_process_id_list.put(alive)
+    return alive
 
 
 class EmbeddedServer:
@@ -175,6 +196,22 @@ def postmaster(pgdata: Path) -> Any:
     Never starts it."""
     info = _wheel().utils.PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
     return info if info is not None and info.is_running() else None
+
+
+def users(pgdata: Path) -> list[int]:
+    """The live processes in the server's handle list (:data:`PIN` included), read only."""
+    listed = _wheel().utils.DiskList(pgdata / ".handle_pids.json").get() if pgdata.exists() else []
+    return [pid for pid in listed if pid == PIN or _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user
+        return True
+    return True
 
 
 def stop(pgdata: Path) -> bool:

@@ -13,12 +13,13 @@ from itertools import count
 from typing import Any
 
 from hango.agent.runtime import Agent, RunResult
-from hango.agents import AgentConfig, create_tenant, create_token, drop_tenant, save_agent
+from hango.agents import COURSE_AGENT, AgentConfig, create_tenant, create_token, drop_tenant, save_agent
 from hango.api.app import create_app, serve_in_thread
 from hango.api.client import ApiError, FilesClient
 from hango.db import Database, get_database
+from hango.exercises.progress import learner_name
 from hango.fs.backend import PostgresBackend
-from hango.models.base import Model, Request, Response
+from hango.models.base import Model, Request, Response, _blank
 from hango.models.simulated import positions
 from hango.models.view import render, request_view
 from hango.telemetry import Configured, configure
@@ -130,6 +131,7 @@ class Course:
     base_url: str
     telemetry: Configured
     _stop: Callable[[], None]
+    learner: str = "learner"  # whose exercise progress check() records (HANGO_LEARNER)
     _runs: count[int] = field(default_factory=lambda: count(1))
     _generation: object = None
     owner: FilesClient = field(init=False)
@@ -163,7 +165,7 @@ class Course:
         self.telemetry.shutdown()
 
 
-def start(tenant: str, agent_id: str = "assistant", config: AgentConfig | None = None,
+def start(tenant: str, agent_id: str = COURSE_AGENT, config: AgentConfig | None = None,
           model: Model | None = None) -> Course:
     """Start a notebook from a clean slate: drop and recreate ``tenant``, serve the API.
 
@@ -181,7 +183,8 @@ def start(tenant: str, agent_id: str = "assistant", config: AgentConfig | None =
     app.state.hango_telemetry = telemetry.telemetry
     app.state.hango_run_ids = lambda: f"run-{next(runs)}"
     base_url, stop = serve_in_thread(app)
-    course = Course(db, tenant, agent_id, base_url, telemetry, stop, runs,
+    course = Course(db, tenant, agent_id, base_url, telemetry, stop,
+                    learner=learner_name(db.settings.learner), _runs=runs,
                     _generation=_generation(db, tenant))
     course.owner = course.client(create_token(db, tenant, "owner", "notebook"))
     course.member = course.client(create_token(db, tenant, "member", "notebook"))
@@ -195,11 +198,9 @@ def draw_request(request: Request, title: str = "") -> Any:
     import matplotlib.pyplot as plt
 
     segments: list[tuple[str, int]] = []
+    sources = iter(b.source for b in request.system if not _blank(b.text))  # as sent, in order
     for p in positions(request):
-        if p.tier == "system":
-            label = request.system[int(p.label.split("[")[1].split("]")[0])].source
-        else:
-            label = p.tier
+        label = next(sources) if p.tier == "system" else p.tier
         if segments and p.tier != "system" and segments[-1][0] == label:
             segments[-1] = (label, segments[-1][1] + p.tokens)
         else:

@@ -95,6 +95,10 @@ class Settings(BaseSettings):
                        "and ANTHROPIC_API_KEY) or openai:<model> (the openai extra; the server "
                        "is OPENAI_BASE_URL, the key OPENAI_API_KEY).")
     run_max_seconds: float = Field(default=120.0, gt=0, le=3600)
+    learner: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9._@-]{1,64}$",
+        description="Whose exercise progress check() records and progress() shows (default: "
+        "the login name); see hango/exercises/progress.py.")
 
     @field_validator("memory_default_sources", "skills_default_sources", mode="before")
     @classmethod

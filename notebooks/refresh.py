@@ -2,7 +2,8 @@
 
 Run it after changing hango: the committed outputs are what nbval compares with, so they must
 be what the code produces now. Timing metadata changes on every run and would only add noise
-to the diff.
+to the diff. Each notebook runs as the learner ``you`` with no exercise passed yet (its passes
+are cleared before and after), so the committed ``progress(course)`` output is a fresh start.
 """
 
 from __future__ import annotations
@@ -24,14 +25,28 @@ def refresh(path: Path) -> None:
     nbformat.write(notebook, path)
 
 
+LEARNER = "you"  # the learner of the committed outputs
+
+
 def main() -> int:
+    from hango.db import Database
+    from hango.exercises.progress import forget
+    from hango.settings import load_settings
+
     os.environ.setdefault("IPYKERNEL_CELL_NAME", "<IPY-INPUT>")
+    os.environ["HANGO_LEARNER"] = LEARNER
     here = Path(__file__).parent
     paths = [Path(p) for p in sys.argv[1:]] or [
         *sorted(here.glob("[0-9]*.ipynb")), *sorted(here.glob("solutions/[0-9]*.ipynb"))]
-    for path in paths:
-        print("executing", path)
-        refresh(path)
+    db = Database(load_settings())
+    try:
+        for path in paths:
+            print("executing", path)
+            forget(db, LEARNER)
+            refresh(path)
+        forget(db, LEARNER)
+    finally:
+        db.close()
     return 0
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HANGO_DATABASE_NAME", "hango_test")
+os.environ.setdefault("HANGO_LEARNER", "pytest")  # whose exercise passes the tests record
 
 from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, create_tenant, save_agent

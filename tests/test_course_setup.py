@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,6 +89,17 @@ def test_doctor_names_an_unwritable_data_folder_and_exits_non_zero(tmp_path: Pat
     assert "PROBLEM data folder" in done.stdout and "HANGO_DATA_DIR" in done.stdout
 
 
+def test_doctor_reports_a_bad_setting_once_under_its_own_check_without_a_traceback(
+        tmp_path: Path) -> None:
+    env = {**os.environ, "HANGO_PORT": "notaport"}
+    done = subprocess.run([sys.executable, "-m", "hango.doctor"], cwd=tmp_path, env=env, text=True,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    problems = [line for line in done.stdout.splitlines() if line.startswith("PROBLEM")]
+    assert problems == [problems[0]] and problems[0].startswith("PROBLEM HANGO_* settings: HANGO_PORT")
+    assert "skipped API port" in done.stdout and "ok      JupyterLab" in done.stdout
+
+
 def test_a_kernel_is_told_when_another_notebook_took_its_tenant(db: object) -> None:
     from hango.api.client import ApiError
     from hango.models.simulated import SimulatedModel
@@ -109,3 +122,54 @@ def test_a_kernel_is_told_when_another_notebook_took_its_tenant(db: object) -> N
             second.close()
     finally:
         first.close()
+
+
+def _lab(runtime: Path) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    """``make lab`` as a learner runs it (the real jupyter server, on loopback, no browser), and
+    the server's own record of itself (its runtime file: root, port, token)."""
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime)}
+    lab = subprocess.Popen(  # a session of its own: make and the jupyter it starts end together
+        ["make", "--no-print-directory", "lab",
+         "LAB_ARGS=--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port=0"],
+        cwd=ROOT, env=env, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and lab.poll() is None:
+        info = list(runtime.glob("jpserver-*.json"))
+        if info:
+            return lab, json.loads(info[0].read_text())
+        time.sleep(0.2)
+    os.killpg(lab.pid, signal.SIGKILL)
+    raise AssertionError(f"make lab did not start (exit {lab.poll()}); run it by hand to see why")
+
+
+def test_make_lab_roots_the_lab_at_the_project_so_every_notebook_link_opens(tmp_path: Path) -> None:
+    import httpx
+    from learner_text import links, notebooks
+
+    lab, info = _lab(tmp_path)
+    try:
+        assert Path(str(info["root_dir"])) == ROOT
+        opens = next(tmp_path.glob("jpserver-file-to-run-*-open.html")).read_text()
+        assert "/lab/tree/notebooks/00-setup-and-tour.ipynb" in opens  # the lab opens on 00
+
+        def exists(path: str) -> bool:
+            response = httpx.get(f"{info['url']}api/contents/{path}",
+                                 params={"content": 0}, headers={"Authorization": f"token {info['token']}"})
+            return response.status_code == 200
+
+        assert exists("docs/learning/11-memory-and-skills.md") and exists("docs/learning/glossary.md")
+        assert exists("README.md")
+        broken, checked = [], 0
+        for notebook in notebooks():
+            for where, target in links(notebook):
+                if target.startswith(("http://", "https://", "#")):
+                    continue
+                path = (notebook.parent / target.split("#")[0]).resolve().relative_to(ROOT)
+                checked += 1
+                if not exists(path.as_posix()):
+                    broken.append(f"{notebook.relative_to(ROOT)} {where}: {target}")
+        assert checked > 20 and not broken, broken
+    finally:
+        os.killpg(lab.pid, signal.SIGTERM)  # jupyter is make's child: stop the whole group
+        lab.wait(timeout=30)

@@ -96,6 +96,14 @@ def test_09_checks_read_the_runs_and_proposals(course: Course,
     course.owner.approve(second["proposal"]["proposal_id"], content=text + "- elsewhere\n",
                          base_version=version)  # a merge that drops the second's line
     check("09.2", course, first=first, second=second, conflict=conflict.value)
+    third, fourth = course.member.run("Remember: cards."), course.member.run("Remember: chess.")
+    course.owner.approve(third["proposal"]["proposal_id"])
+    with pytest.raises(ApiError) as conflict:
+        course.owner.approve(fourth["proposal"]["proposal_id"])
+    text, version = course.owner.read_versioned(MEMORY)
+    course.owner.approve(fourth["proposal"]["proposal_id"], content=text + "- chess.\n",
+                         base_version=version)  # the merge keeps both lines
+    check("09.2", course, first=third, second=fourth, conflict=conflict.value)
 
     course.member.resume(asked["run_id"])
     check("09.3", course, run=asked, second_resume=None)
@@ -104,5 +112,5 @@ def test_09_checks_read_the_runs_and_proposals(course: Course,
     check("09.3", course, run=asked, second_resume=again.value)
     out = _out(capsys)
     assert [line.split(":")[0] for line in out] == [
-        "NOT YET 09.1", "PASS 09.1", "NOT YET 09.2", "NOT YET 09.3", "PASS 09.3"]
+        "NOT YET 09.1", "PASS 09.1", "NOT YET 09.2", "PASS 09.2", "NOT YET 09.3", "PASS 09.3"]
     assert "lacks ['- bed.']" in out[2]

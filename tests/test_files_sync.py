@@ -93,6 +93,33 @@ def test_pull_copies_the_agents_files_and_the_cli_says_what_it_did(
     assert "0 written, 3 unchanged" in capsys.readouterr().out
 
 
+def test_pull_never_clobbers_a_local_edit_but_updates_what_it_wrote_itself(
+        served: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url, owner, _ = served
+    target = tmp_path / "copy"
+    (target / "mine").mkdir(parents=True)
+    (target / "mine" / "SKILL.md").write_text("my own draft\n", encoding="utf-8")  # never pulled
+    with FilesClient(url, owner, "a1") as client:
+        for name in ("csv", "pdf", "mine"):
+            client.write(f"/skills/{name}/SKILL.md", SKILL.format(name))
+        first = pull(client, "/skills/", target)
+        assert first.conflicts == [str(target / "mine" / "SKILL.md")]  # it was there first
+        (target / "csv" / "SKILL.md").write_text("edited here\n", encoding="utf-8")
+        client.write("/skills/csv/SKILL.md", SKILL.format("csv, new"))
+        client.write("/skills/pdf/SKILL.md", SKILL.format("pdf, new"))
+        second = pull(client, "/skills/", target)
+    assert (target / "csv" / "SKILL.md").read_text(encoding="utf-8") == "edited here\n"
+    assert (target / "pdf" / "SKILL.md").read_text(encoding="utf-8") == SKILL.format("pdf, new")
+    assert (target / "mine" / "SKILL.md").read_text(encoding="utf-8") == "my own draft\n"
+    assert second.written == [str(target / "pdf" / "SKILL.md")] and len(second.conflicts) == 2
+    assert main(["files", "pull", "/skills/", str(target), "--agent", "a1", "--url", url,
+                 "--token", owner]) == 1
+    assert "--force replaces it" in capsys.readouterr().err
+    assert main(["files", "pull", "/skills/", str(target), "--agent", "a1", "--url", url,
+                 "--token", owner, "--force"]) == 0
+    assert (target / "csv" / "SKILL.md").read_text(encoding="utf-8") == SKILL.format("csv, new")
+
+
 def test_no_token_and_no_server_are_one_clear_error(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ So ten blocks are 1030 tokens, just above the default minimum of 1024.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import pytest
 from hypothesis import given, settings
@@ -280,6 +281,9 @@ def test_minimums_come_from_the_data_table() -> None:
 def test_an_unknown_model_gets_the_strictest_minimum_and_a_warning_naming_it() -> None:
     with pytest.warns(UserWarning, match="'some-new-model'.*4096"):
         assert min_cacheable_tokens("some-new-model") == 4096
+    for newer in ("claude-opus-5-5", "claude-sonnet-5-5", "claude-fable-5-2"):  # not Opus 5's...
+        with pytest.warns(UserWarning, match=f"'{newer}'.*4096"):
+            assert min_cacheable_tokens(newer) == 4096
     with pytest.warns(UserWarning, match="'claude-sonnet-9'"):
         r = SimulatedModel("claude-sonnet-9", clock=Clock()).complete(request(10, (9,), model=""))
     assert r.diagnostics == CacheDiagnostics("below_minimum")  # 1030 < 4096
@@ -634,8 +638,18 @@ def test_cost_uses_the_multipliers() -> None:
     # 3 * (1000 + 1000*1.25 + 1000*2 + 10000*0.1) / 1e6 + 15 * 500 / 1e6
     assert cost(u, "claude-sonnet-4-6") == pytest.approx(0.02325, rel=1e-12)
     # break-even at two calls for the 5-minute TTL: 1.25 + 0.1 < 2
-    cached = cost(Usage(0, 10_000), "x") + cost(Usage(0, 0, 10_000), "x")
-    assert cached < 2 * cost(Usage(10_000), "x")
+    cached = cost(Usage(0, 10_000), "hango-sim-1") + cost(Usage(0, 0, 10_000), "hango-sim-1")
+    assert cached < 2 * cost(Usage(10_000), "hango-sim-1")
+
+
+def test_a_model_with_no_price_row_is_priced_as_sonnet_4_6_and_says_so() -> None:
+    u = Usage(input_tokens=1000, output_tokens=100)
+    with pytest.warns(UserWarning, match=r"no price is known for model 'claude-opus-5-5'; priced "
+                                         r"as Sonnet 4\.6 \(\$3 in, \$15 out per million"):
+        assert cost(u, "claude-opus-5-5") == cost(u, "hango-sim-1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a model with its own row is priced without a word
+        cost(u, "claude-sonnet-4-6-20260217")
 
 
 # --- a property over random call sequences ---

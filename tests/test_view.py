@@ -33,14 +33,14 @@ REQUEST = Request(
     (Breakpoint("system", 1, "1h"), Breakpoint("messages", 2)),
 )
 
-# What show_request printed before it moved here (kept byte for byte: notebooks compare it).
+# What show_request prints (notebooks compare it byte for byte): each block's billed tokens.
 TABLE = """\
 tools: read_file, ls  (~58 tokens)
-system blocks:
-  [0] base                   ~   85 tok  You are helpful. You are helpful. You are helpful. You are …
-  [1] skills                 ~    8 tok  ## Skills - csv: read csv files  <- cache breakpoint
+system blocks (tokens: the text's bytes / 4, plus 3 per block):
+  [0] base                   ~   88 tok  You are helpful. You are helpful. You are helpful. You are …
+  [1] skills                 ~   11 tok  ## Skills - csv: read csv files  <- cache breakpoint
   [2] empty                  ~    0 tok  \n\
-  [3] /memories/AGENTS.md    ~    5 tok  Answer in French.
+  [3] /memories/AGENTS.md    ~    8 tok  Answer in French.
 messages: 3; breakpoints: system[1], messages[2]"""
 
 
@@ -58,7 +58,7 @@ def test_the_view_is_plain_json_with_sources_sizes_and_breakpoints() -> None:
     assert [(b["index"], b["source"], b["breakpoint"]) for b in view["system"]] == [
         (0, "base", None), (1, "skills", "1h"), (2, "empty", None), (3, "/memories/AGENTS.md", None)]
     memory = view["system"][3]
-    assert (memory["bytes"], memory["tokens"], memory["text"]) == (18, 5, "Answer in French.\n")
+    assert (memory["bytes"], memory["tokens"], memory["text"]) == (18, 8, "Answer in French.\n")
     assert view["system_breakpoint"] == 1
     assert view["messages"][2]["breakpoint"] == "5m"
     assert view["messages"][1]["tool_calls"] == [{"id": "c1", "name": "ls", "arguments": {"path": "/"}}]
@@ -70,12 +70,12 @@ def test_the_view_is_plain_json_with_sources_sizes_and_breakpoints() -> None:
 def test_full_text_puts_every_block_under_its_heading() -> None:
     text = render(request_view(REQUEST), width=None)
     lines = text.splitlines()
-    skills = lines.index("  [1] skills                 ~    8 tok  <- cache breakpoint")
+    skills = lines.index("  [1] skills                 ~   11 tok  <- cache breakpoint")
     assert lines[skills + 1:skills + 3] == ["      ## Skills", "      - csv: read csv files"]
-    assert "  [3] /memories/AGENTS.md    ~    5 tok" in lines
+    assert "  [3] /memories/AGENTS.md    ~    8 tok" in lines
     assert '  [1] assistant calls ls {"path": "/"} (id c1)' in lines
     assert "  [2] user result for c1: a\n      b" in text  # a text's next lines stay indented
-    assert lines.index("  [0] base                   ~   85 tok") < skills
+    assert lines.index("  [0] base                   ~   88 tok") < skills
 
 
 def test_a_response_adds_usage_and_why_the_cache_read_nothing() -> None:

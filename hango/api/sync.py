@@ -3,12 +3,18 @@
 A learner brings a real skills folder in with ``hango files push ./my-skills /skills/`` and takes
 the agent's files out with ``pull``. Everything goes through the HTTP API, so the server's rules
 hold as for any client: the token's role (a member cannot push under ``/skills/``), the path rules,
-the body and file caps. Each write is conditional: a file that changed on the server since this
-command read it is reported as a conflict and left alone (``If-Match``), never overwritten.
+the body and file caps. Nothing is clobbered on either side. A push writes conditionally: a file
+that changed on the server since this command read it is reported as a conflict and left alone
+(``If-Match``). A pull remembers what it wrote (``.hango-pull.json`` in the folder, a digest per
+file): a local file that differs from the server's is replaced only if it is still exactly what
+the last pull wrote; one edited since (or never pulled) is a conflict, kept as it is, unless
+``force``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,20 +89,48 @@ def push(client: FilesClient, local: Path, remote: str) -> SyncReport:
     return report
 
 
-def pull(client: FilesClient, remote: str, local: Path) -> SyncReport:
-    """Copy every file under ``remote`` into ``local``; an existing local file is replaced only if
-    it differs (it is the copy: the agent's files are the source)."""
+PULLED = ".hango-pull.json"  # what the last pull wrote into a folder: {relative path: sha256}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _pulled(local: Path) -> dict[str, str]:
+    try:
+        record = json.loads((local / PULLED).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in record.items()} if isinstance(record, dict) else {}
+
+
+def pull(client: FilesClient, remote: str, local: Path, force: bool = False) -> SyncReport:
+    """Copy every file under ``remote`` into ``local``. A local file that differs is replaced
+    only if it is what the last pull wrote (or with ``force``); otherwise it is a conflict."""
     report, remote = SyncReport(), _remote_dir(remote)
+    record = _pulled(local)
     for path in client.iter_glob(remote + "**"):
-        target = local / path.removeprefix(remote)
+        relative = path.removeprefix(remote)
+        target = local / relative
         if local.resolve() not in target.resolve().parents:
             report.refused.append(f"{path}: would be written outside {local}")
             continue
         text = client.read(path)
-        if target.is_file() and target.read_text(encoding="utf-8", errors="replace") == text:
-            report.unchanged.append(str(target))
-            continue
+        if target.is_file():
+            mine = target.read_bytes().decode("utf-8", errors="replace")
+            if mine == text:
+                record[relative] = _digest(text)
+                report.unchanged.append(str(target))
+                continue
+            if not force and record.get(relative) != _digest(mine):
+                report.conflicts.append(str(target))  # edited here since the last pull
+                continue
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
+        record[relative] = _digest(text)
         report.written.append(str(target))
+    if record:
+        local.mkdir(parents=True, exist_ok=True)
+        (local / PULLED).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n",
+                                    encoding="utf-8")
     return report

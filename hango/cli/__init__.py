@@ -25,6 +25,7 @@ from hango.db import DatabaseError
 from hango.embedded import EmbeddedError
 from hango.settings import SettingsError, get_settings
 from hango.telemetry.names import PHOENIX_LOCAL_ENDPOINT
+from hango.workshop import AGENT as WORKSHOP_AGENT
 
 __all__ = ["CliError", "main"]
 
@@ -105,6 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     files_pull = files_sub.add_parser("pull", help="copy REMOTE_DIR's files into LOCAL_DIR")
     files_pull.add_argument("remote", metavar="REMOTE_DIR")
     files_pull.add_argument("local", metavar="LOCAL_DIR")
+    files_pull.add_argument("--force", action="store_true",
+                            help="replace local files edited since the last pull")
     for each in (files_push, files_pull):
         each.add_argument("--agent", required=True, help="the agent whose files these are")
         each.add_argument("--url", help="the files API (default http://HANGO_HOST:HANGO_PORT)")
@@ -146,7 +149,15 @@ def _parser() -> argparse.ArgumentParser:
         "provision", help="a tenant, an owner token and an agent per learner; CSV on stdout")
     provision.add_argument("--learners", type=int, required=True)
     provision.add_argument("--prefix", default="learner", help="tenant ids are PREFIX-01 ...")
-    provision.add_argument("--agent", default="a1", help="the agent id each learner gets")
+    provision.add_argument("--agent", default=WORKSHOP_AGENT,
+                           help=f"the agent id each learner gets (default: {WORKSHOP_AGENT}, as "
+                                "in the README and the notebooks)")
+    provision.add_argument("--revoke-earlier", action="store_true",
+                           help="revoke the owner tokens an earlier provision made for them")
+    remove = workshop_sub.add_parser(
+        "remove", help="delete every tenant PREFIX-NN, with its agents, files and tokens")
+    remove.add_argument("--prefix", default="learner")
+    remove.add_argument("--yes", action="store_true", help="yes, delete them")
     workshop.set_defaults(func=cmd_workshop)
     return parser
 

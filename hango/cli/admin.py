@@ -165,13 +165,22 @@ def cmd_proposals(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_workshop(args: argparse.Namespace, settings: Settings) -> int:
-    from hango.workshop import as_csv, provision
+    from hango.workshop import as_csv, provision, remove
 
+    if args.action == "remove" and not args.yes:
+        raise CliError(f"this deletes every tenant {args.prefix}-NN with all its files and "
+                       "tokens: add --yes to do it")
     db = open_db(settings)
     try:
-        seats = provision(db, args.learners, prefix=args.prefix, agent=args.agent)
+        if args.action == "remove":
+            gone = remove(db, args.prefix)
+            print(f"removed {len(gone)} tenant(s)" + (f": {gone[0]} ... {gone[-1]}" if gone else
+                                                     f"; none matched {args.prefix}-NN"))
+            return 0
+        provisioned = provision(db, args.learners, prefix=args.prefix, agent=args.agent,
+                                revoke_earlier=args.revoke_earlier)
     finally:
         db.close()
-    sys.stdout.write(as_csv(seats))
-    say(f"{len(seats)} learners provisioned; the tokens are shown only this once")
+    sys.stdout.write(as_csv(provisioned.seats))
+    say(provisioned.summary())
     return 0

@@ -153,11 +153,18 @@ def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if action == "status":
         info = embedded.postmaster(pgdata)
-        if info is None:
-            print(f"embedded PostgreSQL: stopped (data {pgdata})")
-            return 1
+        if info is None:  # a state, not an error: the next notebook or command starts it
+            print(f"embedded PostgreSQL: stopped (data {pgdata}); it starts on first use, "
+                  "or with `hango db start`")
+            return 0
+        using = embedded.users(pgdata)
+        count = len([pid for pid in using if pid != embedded.PIN])
+        held = ("pinned by `hango db start`" if embedded.PIN in using else
+                "stops when the last process using it exits" if count else
+                "by no live process (its last user was killed): `hango db stop` stops it")
         print(f"embedded PostgreSQL: running (pid {info.pid}), data {pgdata}, "
-              f"socket {info.socket_dir}, database {settings.database_name}")
+              f"socket {info.socket_dir}, database {settings.database_name}; used by "
+              f"{count} process(es), {held}")
         return 0
     assert action == "stop"
     print("embedded PostgreSQL stopped" if embedded.stop(pgdata) else

@@ -24,12 +24,15 @@ def cmd_files(args: argparse.Namespace, settings: Settings) -> int:
             if args.action == "push":
                 report = push(client, Path(args.local), args.remote)
             else:
-                report = pull(client, args.remote, Path(args.local))
+                report = pull(client, args.remote, Path(args.local), force=args.force)
         except Unreachable as exc:
             raise CliError(f"cannot reach the files API at {url} ({exc}); is `hango serve` "
                            "running? (--url)") from None
     for line in report.lines():
         print(line)
+    if report.conflicts and args.action == "pull":
+        say("a conflict is a local file edited since the last pull: it is kept as it is; "
+            "--force replaces it with the agent's")
     return 0 if report.ok else 1
 
 

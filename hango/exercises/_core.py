@@ -20,9 +20,23 @@ class NotYet(Exception):
     """What the learner's work does not show yet (the check prints it with the hint)."""
 
 
+# The notebooks, by the number their exercise ids start with (a test compares them with the files).
+NOTEBOOKS: dict[str, str] = {
+    "00": "setup and tour", "01": "paths and reserved prefixes",
+    "02": "memory through the files API", "03": "skills index", "04": "broken frontmatter",
+    "05": "allowed-tools narrowing", "06": "cache read ratio", "07": "subagents and tenants",
+    "08": "debugging with traces", "09": "agent-written memory",
+}
+
+
 @dataclass(frozen=True)
 class Exercise:
+    """One exercise: its id (notebook number, then its place there), a title the chapter, the
+    notebooks and :func:`progress` use, what to pass to its check, and a hint."""
+
     id: str
+    title: str
+    answer: str
     hint: str
     check: Callable[..., str]
 
@@ -30,22 +44,56 @@ class Exercise:
 EXERCISES: dict[str, Exercise] = {}
 
 
-def exercise(exercise_id: str, hint: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
+def exercise(exercise_id: str, title: str, answer: str,
+             hint: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
     def register(fn: Callable[..., str]) -> Callable[..., str]:
-        EXERCISES[exercise_id] = Exercise(exercise_id, hint, fn)
+        EXERCISES[exercise_id] = Exercise(exercise_id, title, answer, hint, fn)
         return fn
     return register
 
 
 def check(exercise_id: str, course: Course, **work: Any) -> None:
-    """Check one exercise; print ``PASS ...`` or ``NOT YET ...`` and a hint. Never raises."""
+    """Check one exercise; print ``PASS ...``, or ``NOT YET ...`` with what to pass and a hint.
+
+    Never raises. A pass is recorded for the course's learner (:mod:`hango.exercises.progress`),
+    where the next notebook's fresh start does not wipe it."""
+    from hango.exercises.progress import record
+
     ex = EXERCISES[exercise_id]
     try:
         verified = ex.check(course, **work)
     except NotYet as missing:
-        print(f"NOT YET {exercise_id}: {missing}\n  hint: {ex.hint}")
+        print(f"NOT YET {exercise_id}: {missing}\n  answer: {ex.answer}\n  hint: {ex.hint}")
         return
     print(f"PASS {exercise_id}: {verified}")
+    try:
+        record(course.db, course.learner, exercise_id, verified)
+    except Exception as exc:  # a check never raises: the pass stands, unrecorded
+        print(f"  (not recorded in your progress: {exc})")
+
+
+# --- what the learner passed: the right kind of answer ------------------------------------------
+
+
+def tool_names(value: Any, name: str) -> set[str]:
+    """A set of tool names, as the learner gave it: a set, list or tuple of strings."""
+    if isinstance(value, str):
+        raise NotYet(f"{name} is the string {value!r}, not a set: write a set of tool names, "
+                     "such as {'ls'}, or set() for none")
+    if not isinstance(value, set | frozenset | list | tuple) or \
+            not all(isinstance(v, str) for v in value):
+        raise NotYet(f"{name} should be a set of tool names such as {{'ls'}}, got {value!r}")
+    return set(value)
+
+
+def ints(value: Any, name: str, count: int | None = None) -> list[int]:
+    """A list of whole numbers (a bool is not one), of ``count`` items when given."""
+    if isinstance(value, str) or not isinstance(value, list | tuple) or \
+            not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise NotYet(f"{name} should be a list of whole numbers, got {value!r}")
+    if count is not None and len(value) != count:
+        raise NotYet(f"{name} should hold {count} numbers, it holds {len(value)}")
+    return list(value)
 
 
 # --- what a run shows -------------------------------------------------------------------------

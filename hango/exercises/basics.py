@@ -7,7 +7,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from hango.agents import AgentConfig
-from hango.exercises._core import NotYet, _block_index, _run, _scratch, _tool_results, exercise, measured
+from hango.exercises._core import (
+    NotYet,
+    _block_index,
+    _run,
+    _scratch,
+    _tool_results,
+    exercise,
+    ints,
+    measured,
+)
 from hango.fs.backend import FileNotFound
 from hango.fs.path import PathError, clean, is_reserved
 
@@ -19,8 +28,11 @@ if TYPE_CHECKING:
 # --- 00 setup and tour --------------------------------------------------------------------------
 
 
-@exercise("00.1", "course.owner.write('/notes/todo.md', ...), then script the model with "
-                  "[tool_call('ls', {'path': '/notes/'})] before its answer")
+@exercise("00.1", "List a new note with the agent's ls tool",
+          answer="result=the RunResult of a run whose model calls ls on /notes/ after you wrote "
+                 "/notes/todo.md",
+          hint="course.owner.write('/notes/todo.md', ...), then script the model with [tool_call('ls', "
+               "{'path': '/notes/'})] before its answer")
 def _00_1(course: Course, result: RunResult | None = None) -> str:
     try:
         course.owner.read("/notes/todo.md")
@@ -53,8 +65,10 @@ def below_minimum(course: Course, rules: int) -> bool:
                for r in first.responses + second.responses)
 
 
-@exercise("00.2", "try rules=30, then halve the distance; show_usage's last column says "
-                  "below_minimum when the cached prefix is too short")
+@exercise("00.2", "Find the smallest prompt the cache still takes",
+          answer="rules=a whole number: the fewest rules whose prompt is still cached",
+          hint="try rules=30, then halve the distance; show_usage's last column says below_minimum when "
+               "the cached prefix is too short")
 def _00_2(course: Course, rules: int | None = None) -> str:
     if not isinstance(rules, int) or rules < 1:
         raise NotYet("pass the smallest number of rules that still caches, as rules=N")
@@ -68,13 +82,16 @@ def _00_2(course: Course, rules: int | None = None) -> str:
 # --- 01 paths and reserved prefixes ----------------------------------------------------------
 
 
-@exercise("01.1", "the server decodes %2E%2E and %2F before it checks the path; /memorie/ is "
-                  "one letter short of reserved")
+@exercise("01.1", "Try to slip past the prefix rule",
+          answer="statuses=[three HTTP status codes, whole numbers, in the order you sent the paths]",
+          hint="the server decodes %2E%2E and %2F before it checks the path; /memorie/ is one letter "
+               "short of reserved")
 def _01_1(course: Course, statuses: Sequence[int] | None = None) -> str:
-    if statuses is None or len(statuses) != 3:
+    if not statuses:
         raise NotYet("pass the three statuses you got from raw(), as statuses=[...]")
-    if list(statuses) != [422, 422, 201]:
-        raise NotYet(f"got {list(statuses)}: compare each with the rule that decided it")
+    got = ints(statuses, "statuses", 3)
+    if got != [422, 422, 201]:
+        raise NotYet(f"got {got}: compare each with the rule that decided it")
     try:
         course.backend().read("/memorie/x")
     except FileNotFound:
@@ -82,8 +99,10 @@ def _01_1(course: Course, statuses: Sequence[int] | None = None) -> str:
     return "two rejected as invalid paths (never resolved), /memorie/x stored as an ordinary file"
 
 
-@exercise("01.2", "unicodedata.normalize('NFKC', path) shows what a look-alike 'means'; "
-                  "clean() compares code points, not looks")
+@exercise("01.2", "Find another spelling of /memories/AGENTS.md",
+          answer="path=a string that reads as /memories/AGENTS.md and that clean() accepts",
+          hint="unicodedata.normalize('NFKC', path) shows what a look-alike 'means'; clean() compares "
+               "code points, not looks")
 def _01_2(course: Course, path: str | None = None) -> str:
     target = "/memories/AGENTS.md"
     if not isinstance(path, str) or path == target:
@@ -103,8 +122,10 @@ def _01_2(course: Course, path: str | None = None) -> str:
 # --- 02 memory through the files API ----------------------------------------------------------
 
 
-@exercise("02.1", "course.owner.write('/memories/AGENTS.md', ...), run, then compare the "
-                  "memory block's index with request.system_breakpoint")
+@exercise("02.1", "Write memory through the files API and find it in the next prompt",
+          answer="result=the RunResult of a run made after your owner's write",
+          hint="course.owner.write('/memories/AGENTS.md', ...), run, then compare the memory block's "
+               "index with request.system_breakpoint")
 def _02_1(course: Course, result: RunResult | None = None) -> str:
     run = _run(result)
     try:
@@ -123,20 +144,25 @@ def _02_1(course: Course, result: RunResult | None = None) -> str:
     return f"memory is system block {at}, after the cache breakpoint on block {breakpoint_at}"
 
 
-@exercise("02.2", "comments go wherever they are, fences included; an unterminated <!-- stays; "
-                  "the bytes are UTF-8 bytes of what is left")
+@exercise("02.2", "Hide a note from the model",
+          answer="predicted=[your memory size in bytes per run], results=[those RunResults, same order]",
+          hint="comments go wherever they are, fences included; an unterminated <!-- stays; the bytes are"
+               " UTF-8 bytes of what is left")
 def _02_2(course: Course, predicted: Sequence[int] | None = None,
           results: Sequence[RunResult] | None = None) -> str:
-    if predicted is None or results is None or len(predicted) != len(results) or not results:
+    if not predicted or not results or len(predicted) != len(results):
         raise NotYet("pass predicted=[...] and results=[...], one prediction per run")
+    sizes = ints(predicted, "predicted")
     actual = [measured(_run(r, "results"), "hango.memory.bytes") for r in results]
-    if list(predicted) != actual:
-        raise NotYet(f"predicted {list(predicted)}, the runs injected {actual}")
+    if sizes != actual:
+        raise NotYet(f"predicted {sizes}, the runs injected {actual}")
     return f"all {len(actual)} predictions match hango.memory.bytes: {actual}"
 
 
-@exercise("02.3", "put_agent(AgentConfig(memory=[a, b])) and "
-                  "course.agent(model, settings=load_settings(memory_max_bytes=200))")
+@exercise("02.3", "Share the byte cap between two sources",
+          answer="result=the RunResult of the run with two 150-byte sources and memory_max_bytes=200",
+          hint="put_agent(AgentConfig(memory=[a, b])) and course.agent(model, "
+               "settings=load_settings(memory_max_bytes=200))")
 def _02_3(course: Course, result: RunResult | None = None) -> str:
     run = _run(result)
     memory = [b for b in run.requests[0].system if b.source.startswith("/memories/")]

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from hango.exercises._core import NotYet, exercise
+from hango.exercises._core import NotYet, exercise, ints
 
 if TYPE_CHECKING:
     from hango.notebook import Course
@@ -38,8 +38,11 @@ def _dollars(model: Any, responses: list[Any]) -> float:
     return sum(cost(r.usage, model.name) for r in responses)
 
 
-@exercise("06.1", "experiment(STACKS[name], turns=6, memory_before={t: MEMORY + f'- Today is "
-                  "turn {t}.\\n' for t in range(1, 7)}) for 'default' and 'memory-before-cache'")
+@exercise("06.1", "Put memory before PromptCache and watch the ratio collapse",
+          answer="default=, wrong=: what experiment(...) returned for each stack, memory edited before "
+                 "every turn",
+          hint="experiment(STACKS[name], turns=6, memory_before={t: MEMORY + f'- Today is turn {t}.\\n' "
+               "for t in range(1, 7)}) for 'default' and 'memory-before-cache'")
 def _06_1(course: Course, default: Any = None, wrong: Any = None) -> str:
     d_model, d_calls = _conversation(default, "default")
     w_model, w_calls = _conversation(wrong, "wrong")
@@ -64,8 +67,11 @@ def _06_1(course: Course, default: Any = None, wrong: Any = None) -> str:
             f"{w / d:.1f}x)")
 
 
-@exercise("06.2", "SimulatedModel(min_cacheable=2048, ...) in experiment; a breakpoint caches "
-                  "only once the prompt up to it reaches 2,048 tokens")
+@exercise("06.2", "Raise the minimum cacheable length",
+          answer="runs={stack name: experiment(...)}, first_read={stack name: number of the first call "
+                 "that reads}",
+          hint="SimulatedModel(min_cacheable=2048, ...) in experiment; a breakpoint caches only once the "
+               "prompt up to it reaches 2,048 tokens")
 def _06_2(course: Course, runs: dict[str, Any] | None = None,
           first_read: dict[str, int] | None = None) -> str:
     if not isinstance(runs, dict) or not runs:
@@ -85,8 +91,11 @@ def _06_2(course: Course, runs: dict[str, Any] | None = None,
     return f"first call that reads from the cache, per stack: {actual}"
 
 
-@exercise("06.3", "conversation.clock[0] += 300, ask a turn, then += 299; an entry is alive "
-                  "while start < expires_at")
+@exercise("06.3", "Wait exactly five minutes",
+          answer="conversation=the conversation you continued, predicted=[two reasons: a string, or None "
+                 "for a full read]",
+          hint="conversation.clock[0] += 300, ask a turn, then += 299; an entry is alive while start < "
+               "expires_at")
 def _06_3(course: Course, conversation: Any = None,
           predicted: Sequence[str | None] | None = None) -> str:
     model, responses = _conversation(conversation, "conversation")
@@ -94,15 +103,19 @@ def _06_3(course: Course, conversation: Any = None,
     if len(starts) < 3 or [b - a for a, b in pairwise(starts)] != [300, 299]:
         raise NotYet(f"the last three calls started at {starts}: wait 300 s, ask, wait 299 s, ask")
     actual = [r.diagnostics.miss_reason if r.diagnostics else None for r in responses[-2:]]
-    if predicted is None or list(predicted) != actual:
+    if isinstance(predicted, str) or not isinstance(predicted, list | tuple) or len(predicted) != 2 \
+            or list(predicted) != actual:
         raise NotYet(f"pass your two predictions of why not read as predicted=[...] (None for a "
-                     f"full read); you predicted {predicted}")
+                     f"full read); you predicted {predicted!r}")
     return (f"after 300 s: {actual[0]} (the 5-minute entry expired at the very second the call "
             f"started); after 299 s: {actual[1] or 'a full read'}")
 
 
-@exercise("06.4", "SimulatedModel(refresh='all', ...) and course.agent(model, stack=..., "
-                  "settings=load_settings(cache_prefix_ttl='5m')); waits 290, 290, 301")
+@exercise("06.4", "Read the open refresh rule the other way",
+          answer="conversation=the conversation you continued, predicted=[seconds left after turn 11, "
+                 "after turn 12, tokens turn 13 reads]: three whole numbers",
+          hint="SimulatedModel(refresh='all', ...) and course.agent(model, stack=..., "
+               "settings=load_settings(cache_prefix_ttl='5m')); waits 290, 290, 301")
 def _06_4(course: Course, conversation: Any = None,
           predicted: Sequence[int] | None = None) -> str:
     model, responses = _conversation(conversation, "conversation")
@@ -118,7 +131,7 @@ def _06_4(course: Course, conversation: Any = None,
     # Under refresh='all' a hit on the prefix (or a new write) gives it a full 5 minutes again.
     left = [300 if {t.breakpoints[0]} & {*t.hits, *t.writes} else None for t in traces[:2]]
     read = responses[-1].usage.cache_read_input_tokens
-    if predicted is None or list(predicted) != [*left, read]:
+    if not predicted or ints(predicted, "predicted", 3) != [*left, read]:
         raise NotYet(f"pass predicted=[seconds left after turn 11, after turn 12, tokens turn 13 "
                      f"reads]; you predicted {predicted}")
     return (f"each ordinary call refreshed the prefix entry to 300 s, and turn 13, 301 s later, "

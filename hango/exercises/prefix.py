@@ -27,9 +27,12 @@ def _automatic(conversation: Any, name: str) -> tuple[Any, list[Any]]:
     return model, responses
 
 
-@exercise("10.1", "SimulatedModel(caching='automatic', rules=PrefixRules(16), ...) and "
-                  "PrefixRules('openai'); the first edit call reads the longest cut below the "
-                  "first changed token")
+@exercise("10.1", "Predict the first read after a memory edit under automatic prefix caching",
+          answer="runs={'block16': experiment(...), 'openai': experiment(...)}, "
+                 "predicted={'block16': tokens read, 'openai': tokens read}",
+          hint="SimulatedModel(caching='automatic', rules=PrefixRules(16), ...) and "
+               "PrefixRules('openai'); the first edit call reads the longest cut below the "
+               "first changed token")
 def _10_1(course: Course, runs: dict[str, Any] | None = None,
           predicted: dict[str, int] | None = None) -> str:
     if not isinstance(runs, dict) or set(runs) != set(SHAPES):

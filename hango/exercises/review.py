@@ -56,8 +56,11 @@ def _memory_load(course: Course, result: RunResult | None, label: str) -> tuple[
     return span, missing
 
 
-@exercise("08.1", "configure two sources with put_agent, run without writing the second: "
-                  "agent.memory_missing sits under agent.memory_load; write it, run again")
+@exercise("08.1", "Find a missing source from the span events",
+          answer="missing=, fixed=: the two RunResults; predicted=a whole number, fixed's "
+                 "hango.memory.bytes",
+          hint="configure two sources with put_agent, run without writing the second: "
+               "agent.memory_missing sits under agent.memory_load; write it, run again")
 def _08_1(course: Course, missing: RunResult | None = None, fixed: RunResult | None = None,
           predicted: int | None = None) -> str:
     span, names = _memory_load(course, missing, "missing")
@@ -82,8 +85,11 @@ def _08_1(course: Course, missing: RunResult | None = None, fixed: RunResult | N
             f"hango.memory.bytes went {before} -> {now}: {grew}")
 
 
-@exercise("08.2", "put_agent with system_prompt='You are a helpful agent.', then a SimulatedModel "
-                  "that calls ls and answers; read hango.cache.miss_reason on the chat spans")
+@exercise("08.2", "Find why the read ratio is zero",
+          answer="result=the RunResult, reason=the chat span's hango.cache.miss_reason (a string), "
+                 "input_tokens=a whole number",
+          hint="put_agent with system_prompt='You are a helpful agent.', then a SimulatedModel that calls"
+               " ls and answers; read hango.cache.miss_reason on the chat spans")
 def _08_2(course: Course, result: RunResult | None = None, reason: str | None = None,
           input_tokens: int | None = None) -> str:
     run = _run(result)
@@ -107,8 +113,11 @@ def _08_2(course: Course, result: RunResult | None = None, reason: str | None = 
             f"{minimum}-token minimum, so nothing is written and nothing can be read")
 
 
-@exercise("08.3", "write /skills/team/csv/SKILL.md with name: csv, run, read the index line "
-                  "for csv and RunResult.warnings; then look for an event in the span tree")
+@exercise("08.3", "Find the skill that hides another",
+          answer="result=the RunResult, winner=the path the index lists (a string), span_event=True or "
+                 "False",
+          hint="write /skills/team/csv/SKILL.md with name: csv, run, read the index line for csv and "
+               "RunResult.warnings; then look for an event in the span tree")
 def _08_3(course: Course, result: RunResult | None = None, winner: str | None = None,
           span_event: bool | None = None) -> str:
     run = _run(result)
@@ -156,8 +165,10 @@ def _proposal_of(course: Course, run: dict[str, Any], name: str) -> proposal_sto
     return found[0]
 
 
-@exercise("09.1", "course.owner.put_agent(course.owner.get_agent().model_copy(update="
-                  "{'reserved_writes': 'refuse'})), then course.member.run('Remember: ...')")
+@exercise("09.1", "Refuse an agent's write again",
+          answer="run=the dict course.member.run(...) returned in refuse mode",
+          hint="course.owner.put_agent(course.owner.get_agent().model_copy(update={'reserved_writes': "
+               "'refuse'})), then course.member.run('Remember: ...')")
 def _09_1(course: Course, run: Any = None) -> str:
     row = _http_run(course, run, "run")
     spans = _spans_of(course, row["result"].get("trace_id", ""), row["run_id"])
@@ -176,9 +187,12 @@ def _09_1(course: Course, run: Any = None) -> str:
             f"hango.tool.error=True and the agent read: {text.removeprefix('Tool said: ')!r}")
 
 
-@exercise("09.2", "two course.member.run('Remember: ...') before any decision; approve the "
-                  "first; the second's 409 carries the diff: approve it with content= and "
-                  "base_version= of the file as it is now")
+@exercise("09.2", "Decide two proposals on one file",
+          answer="first=, second=: the dicts of two course.member.run(...), conflict=the ApiError of the "
+                 "plain approve",
+          hint="two course.member.run('Remember: ...') before any decision; approve the first; the "
+               "second's 409 carries the diff: approve it with content= and base_version= of the file as "
+               "it is now")
 def _09_2(course: Course, first: Any = None, second: Any = None, conflict: Any = None) -> str:
     a = _proposal_of(course, _http_run(course, first, "first"), "first")
     b = _proposal_of(course, _http_run(course, second, "second"), "second")
@@ -207,8 +221,10 @@ def _09_2(course: Course, first: Any = None, second: Any = None, conflict: Any =
             f"version {b.written_version} with both lines")
 
 
-@exercise("09.3", "resume a decided run with course.member.resume(run_id), then again inside "
-                  "try/except ApiError")
+@exercise("09.3", "Resume a run twice",
+          answer="run=the dict of the run you resumed, second_resume=the ApiError of the second resume",
+          hint="resume a decided run with course.member.resume(run_id), then again inside try/except "
+               "ApiError")
 def _09_3(course: Course, run: Any = None, second_resume: Any = None) -> str:
     row = _http_run(course, run, "run")
     if row["status"] != "done" or not row["result"].get("resumed"):

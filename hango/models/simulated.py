@@ -93,6 +93,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -205,11 +206,10 @@ PRICES: dict[str, Price] = {
 
 
 def _lookup(table: dict[str, Any], model: str) -> Any:
-    """Exact name, else the longest ``key-`` prefix (``claude-sonnet-4-5-20250929``)."""
-    if model in table:
-        return table[model]
-    keys = [k for k in table if model.startswith(k + "-")]
-    return table[max(keys, key=len)] if keys else None
+    """The row of ``model``, or of the model it is a dated snapshot of (``claude-sonnet-4-5-20250929``
+    is ``claude-sonnet-4-5``). A newer model is not an older one's snapshot: ``claude-opus-5-5``
+    gets no row from ``claude-opus-5``."""
+    return table.get(model, table.get(re.sub(r"-\d{8}$", "", model)))
 
 
 def min_cacheable_tokens(model: str) -> int:
@@ -227,12 +227,23 @@ def min_cacheable_tokens(model: str) -> int:
     return row.tokens
 
 
-def cost(usage: Usage, model: str) -> float:
-    """Dollars for one call: uncached input 1x, 5m writes 1.25x, 1h writes 2x, reads 0.1x.
+def price_of(model: str) -> Price:
+    """The price row ``model`` is billed at. A model missing from :data:`PRICES` is priced like
+    ``hango-sim-1``, that is as Sonnet 4.6, with a warning naming it (its real price may differ)."""
+    price: Price | None = _lookup(PRICES, model)
+    if price is None:
+        warnings.warn(f"no price is known for model {model!r}; priced as Sonnet 4.6 "
+                      f"(${PRICES['hango-sim-1'].input:g} in, ${PRICES['hango-sim-1'].output:g} "
+                      "out per million tokens; add a row to hango.models.simulated.PRICES)",
+                      stacklevel=3)
+        return PRICES["hango-sim-1"]
+    return price
 
-    A model missing from :data:`PRICES` is priced like ``hango-sim-1`` (Sonnet class).
-    """
-    price: Price = _lookup(PRICES, model) or PRICES["hango-sim-1"]
+
+def cost(usage: Usage, model: str) -> float:
+    """Dollars for one call: uncached input 1x, 5m writes 1.25x, 1h writes 2x, reads 0.1x, at
+    :func:`price_of` ``model`` (``hango-sim-1``, the course's model, at Sonnet 4.6's prices)."""
+    price = price_of(model)
     one_hour = usage.cache_creation_1h_input_tokens
     five_min = usage.cache_creation_input_tokens - one_hour
     weighted = (usage.input_tokens + WRITE_5M * five_min + WRITE_1H * one_hour

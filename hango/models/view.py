@@ -5,8 +5,8 @@
 with its source, size and token estimate, where the cache breakpoints are, the messages, the
 usage, and why the cache read nothing. :func:`render` turns that structure into text: the table
 the notebooks print (``show_request``), or with ``width=None`` every block in full (what an
-opt-in trace carries). Token counts are the simulator's estimate (``ceil(bytes / 4)``), not a
-provider's tokenizer; the tools line counts each tool's wire overhead too.
+opt-in trace carries). Token counts are what the simulator bills (``ceil(bytes / 4)`` plus 3 per
+block), not a provider's tokenizer; the tools line counts each tool's wire overhead too.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hango.models.base import Request, Response
-from hango.models.simulated import count_tokens, positions
+from hango.models.base import Request, Response, _blank
+from hango.models.simulated import positions
 
 # Why a call read nothing from the cache, in words. The keys are the provider's cache-diagnostics
 # reasons (the simulator gives the same ones), plus two for calls that carry no diagnostics.
@@ -56,6 +56,14 @@ def miss_reason(request: Request, response: Response) -> str | None:
     return "unknown" if request.breakpoints else "no_breakpoint"
 
 
+def system_tokens(request: Request) -> list[int]:
+    """Each system block's tokens as the provider is charged for them (the simulator's count):
+    its text, ``ceil(bytes / 4)``, plus the 3 tokens every block costs; 0 for a blank block,
+    which is not sent. The table and the notebooks' bars print these numbers."""
+    sent = iter(p.tokens for p in positions(request) if p.tier == "system")
+    return [0 if _blank(block.text) else next(sent) for block in request.system]
+
+
 def request_view(request: Request, response: Response | None = None) -> dict[str, Any]:
     """The request (and its answer) as plain values: dicts, lists, strings and numbers.
 
@@ -75,8 +83,10 @@ def request_view(request: Request, response: Response | None = None) -> dict[str
                   for i, t in enumerate(request.tools)],
         "tools_tokens": sum(p.tokens for p in positions(request) if p.tier == "tools"),
         "system": [{"index": i, "source": b.source, "bytes": len(b.text.encode("utf-8")),
-                    "tokens": count_tokens(b.text), "breakpoint": marks.get(("system", i)),
-                    "text": b.text} for i, b in enumerate(request.system)],
+                    "tokens": tokens, "breakpoint": marks.get(("system", i)),
+                    "text": b.text}
+                   for i, (b, tokens) in enumerate(zip(request.system, system_tokens(request),
+                                                       strict=True))],
         "system_breakpoint": request.system_breakpoint,
         "messages": [{"index": i, "role": m.role, "text": m.text,
                       "tool_calls": [{"id": c.id, "name": c.name, "arguments": dict(c.arguments)}
@@ -155,7 +165,8 @@ def render(view: dict[str, Any], width: int | None = 60) -> str:
     ``None`` prints every block and message in full.
     """
     lines = [f"tools: {', '.join(t['name'] for t in view['tools']) or '(none)'}  "
-             f"(~{view['tools_tokens']} tokens)", "system blocks:"]
+             f"(~{view['tools_tokens']} tokens)",
+             "system blocks (tokens: the text's bytes / 4, plus 3 per block):"]
     cut = view["system_breakpoint"]
     for block in view["system"]:
         if width is None:
