@@ -13,6 +13,7 @@ import io
 import secrets
 from dataclasses import dataclass
 
+from hango.agent.base_prompt import BASE_PROMPT
 from hango.agents import AgentConfig, _check_id, create_seats
 from hango.db import Database
 
@@ -32,14 +33,17 @@ def provision(db: Database, learners: int, prefix: str = "learner", agent: str =
               config: AgentConfig | None = None) -> list[Seat]:
     """Tenants ``{prefix}-01`` ... with an owner token and ``agent`` each, in one transaction.
 
-    Existing tenants and agents are kept as they are (re-running only mints new tokens)."""
+    ``config`` defaults to :data:`~hango.agent.base_prompt.BASE_PROMPT` and the default tools, so
+    a learner's runs over HTTP read their prefix from the cache. Existing tenants and agents are
+    kept as they are (re-running only mints new tokens)."""
     if not 1 <= learners <= MAX_LEARNERS:
         raise ValueError(f"learners must be between 1 and {MAX_LEARNERS}, got {learners}")
     width = max(2, len(str(learners)))
     tenants = [_check_id("tenant id", f"{prefix}-{i:0{width}d}") for i in range(1, learners + 1)]
     _check_id("agent id", agent)
     seats = [Seat(t, agent, "hango_" + secrets.token_urlsafe(24)) for t in tenants]
-    create_seats(db, [(s.tenant, s.agent, s.token) for s in seats], config or AgentConfig())
+    create_seats(db, [(s.tenant, s.agent, s.token) for s in seats],
+                 config or AgentConfig(system_prompt=BASE_PROMPT))
     return seats
 
 

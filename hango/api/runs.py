@@ -51,9 +51,14 @@ class RunOut(BaseModel):
     status: Literal["done", "interrupted", "failed", "resuming"]
     stop_reason: str | None = None
     text: str = ""
-    usage: list[dict[str, int | None]] = Field(
+    usage: list[dict[str, int | str | None]] = Field(
         default_factory=list, description="Token usage of each model call, in order; "
-        "cache_read_input_tokens is null where the provider did not report it.")
+        "cache_read_input_tokens is null where the provider did not report it. "
+        "cache_miss_reason: why the call did not read more from the cache (below_minimum: the "
+        "prefix through the breakpoint is shorter than the model's minimum cacheable length, so "
+        "nothing is ever cached; expired, tools_changed, system_changed, messages_changed, "
+        "model_changed, previous_message_not_found, outside_lookback), null on a full hit or "
+        "where the model gives no diagnostics.")
     cache_read_ratio: float | None = Field(default=0.0, description="null: not reported.")
     warnings: list[str] = Field(default_factory=list)
     proposal: dict[str, Any] | None = Field(default=None,
