@@ -161,9 +161,10 @@ def _proposal_of(course: Course, run: dict[str, Any], name: str) -> proposal_sto
 def _09_1(course: Course, run: Any = None) -> str:
     row = _http_run(course, run, "run")
     spans = _spans_of(course, row["result"].get("trace_id", ""), row["run_id"])
-    writes = [s for s in spans if s.name == "execute_tool write_file"]
-    if not writes:
-        raise NotYet(f"{row['run_id']} made no write_file call: ask it to 'Remember: ...'")
+    writes = [s for s in spans if s.name in ("execute_tool write_file", "execute_tool edit_file")]
+    if not writes:  # the model edits a memory file that exists, and writes one that does not
+        raise NotYet(f"{row['run_id']} made no write_file or edit_file call: ask it to "
+                     "'Remember: ...'")
     if any(p.run_id == row["run_id"] for p in proposal_store.list_proposals(
             course.db, course.tenant, course.agent_id, None)):
         raise NotYet(f"{row['run_id']} made a proposal: the agent is still in ask mode")
