@@ -169,11 +169,11 @@ def _09_1(course: Course, run: Any = None) -> str:
             course.db, course.tenant, course.agent_id, None)):
         raise NotYet(f"{row['run_id']} made a proposal: the agent is still in ask mode")
     if row["status"] != "done" or not _attrs(writes[0]).get("hango.tool.error"):
-        raise NotYet(f"{row['run_id']} is {row['status']}, its write_file not refused")
+        raise NotYet(f"{row['run_id']} is {row['status']}, its {writes[0].name.split()[-1]} not refused")
     text = row["result"].get("text", "")
     if "reserved prefix" not in text:
         raise NotYet(f"the tool result the model repeated does not name the rule: {text!r}")
-    return (f"{row['run_id']} is done with no proposal; the write_file span has "
+    return (f"{row['run_id']} is done with no proposal; the {writes[0].name.split()[-1]} span has "
             f"hango.tool.error=True and the agent read: {text.removeprefix('Tool said: ')!r}")
 
 
