@@ -1,9 +1,7 @@
-"""Tenants, agents and their config, and API tokens.
+"""Tenants, agents and API tokens: their rows, and every statement on them.
 
-An agent's config lives in the ``agents`` table: its tool allowlist, its memory sources and its
-skills sources. Sources left out fall back to the tenant-level defaults from settings
-(``HANGO_MEMORY_DEFAULT_SOURCES``, ``HANGO_SKILLS_DEFAULT_SOURCES``). Every source must be an
-absolute clean path under the matching reserved prefix; a bad entry is refused naming it.
+An agent's config (:class:`~hango.agent_config.AgentConfig`, re-exported here) lives in the
+``agents`` table; this module is the only one that reads or writes that table.
 """
 
 from __future__ import annotations
@@ -14,124 +12,17 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import psycopg
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
 
+from hango.agent_config import COURSE_AGENT as COURSE_AGENT
+from hango.agent_config import ID_PATTERN as ID_PATTERN  # re-exported: callers import them here
+from hango.agent_config import TOOL_PATTERN as TOOL_PATTERN
+from hango.agent_config import AgentConfig as AgentConfig
+from hango.agent_config import check_default_sources as check_default_sources
 from hango.db import Database
-from hango.fs.path import PREFIX_MEMORIES, PREFIX_SKILLS, PathError, validate_source
 from hango.fs.path import ROLES as ROLES  # re-exported: the CLI reads it here
-from hango.settings import Settings, SettingsError
-
-ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-# The agent of the course: every notebook's, each workshop seat's, the README's curl lines.
-COURSE_AGENT = "assistant"
-TOOL_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
-
-
-# What the JSON Schema (the files API's OpenAPI) says of each entry; the validators below decide.
-_NO_NUL = r"^[^\x00]*$"
-ToolName = Annotated[str, WithJsonSchema({"type": "string", "pattern": TOOL_PATTERN})]
-AgentRef = Annotated[str, WithJsonSchema({"type": "string", "pattern": ID_PATTERN})]
-_SEGMENT = r"[^/\\\x00-\x1f\x7f-\x9f]+"  # necessary, not sufficient: fs.path has every rule
-MemorySource = Annotated[str, WithJsonSchema(
-    {"type": "string", "pattern": rf"^/memories/{_SEGMENT}(/{_SEGMENT})*$"})]
-SkillsSource = Annotated[str, WithJsonSchema(
-    {"type": "string", "pattern": rf"^/skills(/{_SEGMENT})*/?$"})]
-
-
-class AgentConfig(BaseModel):
-    """What an agent may do and what it remembers. ``None`` sources mean the tenant defaults."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    system_prompt: str = Field(default="You are a helpful agent.", max_length=100_000,
-                               json_schema_extra={"pattern": _NO_NUL})
-    tools: list[ToolName] = Field(
-        default_factory=lambda: ["read_file", "write_file", "edit_file", "ls", "glob"],
-        description="The allowlist: the only tools this agent may ever call.",
-    )
-    memory: list[MemorySource] | None = Field(default=None, max_length=32)
-    skills: list[SkillsSource] | None = Field(default=None, max_length=32)
-    subagents: list[AgentRef] = Field(default_factory=list,
-                                      description="Agents the task tool may run.")
-    max_steps: int = Field(default=12, ge=1, le=200)
-    reserved_writes: Literal["refuse", "ask"] | None = Field(
-        default=None, description="An agent write under /memories/ or /skills/: refuse (the "
-        "phase-8 rule) or ask (a proposal an owner or admin decides); none: the tenant default "
-        "HANGO_RESERVED_WRITES.")
-
-    @field_validator("system_prompt")
-    @classmethod
-    def _storable(cls, value: str, info: ValidationInfo) -> str:
-        if "\x00" in value:  # jsonb cannot hold U+0000
-            raise ValueError(f"{info.field_name} contains U+0000 (NUL), which cannot be stored")
-        return value
-
-    @field_validator("tools")
-    @classmethod
-    def _tools(cls, value: list[str]) -> list[str]:
-        for i, name in enumerate(value):
-            if not re.fullmatch(TOOL_PATTERN, name):
-                raise ValueError(f"tools[{i}] {name!r} is not a tool name")
-        return list(dict.fromkeys(value))
-
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, value: list[str] | None) -> list[str] | None:
-        return _sources(value, PREFIX_MEMORIES, "memory")
-
-    @field_validator("skills")
-    @classmethod
-    def _skills(cls, value: list[str] | None) -> list[str] | None:
-        return _sources(value, PREFIX_SKILLS, "skills")
-
-    @field_validator("subagents")
-    @classmethod
-    def _subagents(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        # The config does not hold its own id: save_agent validates with context={"agent_id"}.
-        me = (info.context or {}).get("agent_id")
-        for i, name in enumerate(value):
-            if not re.fullmatch(ID_PATTERN, name):
-                raise ValueError(f"subagents[{i}] {name!r} is not an agent id")
-            if name == me:
-                raise ValueError(f"subagents[{i}] {name!r} is this agent itself; an agent "
-                                 "cannot be its own subagent")
-        return value
-
-    def for_agent(self, agent_id: str) -> AgentConfig:
-        """This config validated as agent ``agent_id``'s: refuses one that names itself a subagent.
-
-        Raises pydantic's ``ValidationError`` (a ``ValueError``) naming ``subagents[i]``. Longer
-        cycles (a -> b -> a) are legal configs; the ``task`` tool refuses them at run time.
-        """
-        return AgentConfig.model_validate(self.model_dump(), context={"agent_id": agent_id})
-
-
-def _sources(value: list[str] | None, prefix: str, key: str) -> list[str] | None:
-    if value is None:
-        return None
-    out = []
-    for i, entry in enumerate(value):
-        try:
-            out.append(validate_source(entry, prefix))
-        except PathError as exc:
-            raise ValueError(f"{key}[{i}] {entry!r}: {exc.rule}") from None
-    return out
-
-
-def check_default_sources(settings: Settings) -> Settings:
-    """``settings`` if its tenant-default sources pass every path rule, else :class:`SettingsError`
-    naming the variable (settings.py, which imports nothing from hango, checks only the prefix).
-    The CLI calls it before any command, ``create_app`` before serving, ``default_stack`` before
-    a run (a script's or a notebook's too)."""
-    try:
-        _sources(settings.memory_default_sources, PREFIX_MEMORIES, "HANGO_MEMORY_DEFAULT_SOURCES")
-        _sources(settings.skills_default_sources, PREFIX_SKILLS, "HANGO_SKILLS_DEFAULT_SOURCES")
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
-    return settings
 
 
 @dataclass(frozen=True)
@@ -300,6 +191,38 @@ def save_agent(db: Database, tenant_id: str, agent_id: str,
                   SET config = EXCLUDED.config, updated_at = now()""",
             [tenant_id, agent_id, config.model_dump_json(exclude_none=False)],
         )
+    return config
+
+
+def create_agent(db: Database, tenant_id: str, agent_id: str,
+                 config: AgentConfig) -> AgentConfig | None:
+    """Create an agent; ``None`` (and nothing changed) when the tenant has one of that id."""
+    _check_id("agent id", agent_id)
+    config = config.for_agent(agent_id)
+    with db.tenant(tenant_id) as conn:
+        row = conn.execute(
+            """INSERT INTO agents (tenant_id, agent_id, config) VALUES (%s, %s, %s)
+               ON CONFLICT (tenant_id, agent_id) DO NOTHING RETURNING 1""",
+            [tenant_id, agent_id, config.model_dump_json(exclude_none=False)]).fetchone()
+    return config if row is not None else None
+
+
+def update_agent(db: Database, tenant_id: str, agent_id: str,
+                 changes: dict[str, Any]) -> AgentConfig | None:
+    """Change only ``changes`` in an existing agent's config, validated whole; ``None`` when
+    there is no such agent. The row is locked while it is read and written, so two updates at
+    once each keep the other's fields. A bad value raises pydantic's ``ValidationError``."""
+    _check_id("agent id", agent_id)
+    with db.tenant(tenant_id) as conn:
+        row = conn.execute("SELECT config FROM agents WHERE tenant_id = %s AND agent_id = %s "
+                           "FOR UPDATE", [tenant_id, agent_id]).fetchone()
+        if row is None:
+            return None
+        config = AgentConfig.model_validate({**row[0], **changes},
+                                            context={"agent_id": agent_id})
+        conn.execute("UPDATE agents SET config = %s, updated_at = now() "
+                     "WHERE tenant_id = %s AND agent_id = %s",
+                     [config.model_dump_json(exclude_none=False), tenant_id, agent_id])
     return config
 
 

@@ -17,6 +17,7 @@ import io
 import secrets
 from dataclasses import dataclass
 
+from hango.agent.base_prompt import BASE_PROMPT
 from hango.agents import COURSE_AGENT, AgentConfig, _check_id, add_agents, token_digest
 from hango.db import Database
 
@@ -66,7 +67,11 @@ def _tenants(learners: int, prefix: str) -> list[str]:
 
 def provision(db: Database, learners: int, prefix: str = "learner", agent: str = AGENT,
               config: AgentConfig | None = None, revoke_earlier: bool = False) -> Provisioned:
-    """Tenants ``{prefix}-01`` ... with an owner token and ``agent`` each, in one transaction."""
+    """Tenants ``{prefix}-01`` ... with an owner token and ``agent`` each, in one transaction.
+
+    ``config`` defaults to :data:`~hango.agent.base_prompt.BASE_PROMPT` and the default tools, so
+    a learner's runs over HTTP read their prefix from the cache. Existing tenants and agents are
+    kept as they are (re-running mints new tokens; ``revoke_earlier`` revokes the old ones)."""
     tenants = _tenants(learners, prefix)
     _check_id("agent id", agent)
     seats = [Seat(t, agent, "hango_" + secrets.token_urlsafe(24)) for t in tenants]
@@ -80,7 +85,8 @@ def provision(db: Database, learners: int, prefix: str = "learner", agent: str =
             cur.execute(f"DELETE {earlier}", [tenants])
         cur.executemany("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
                         [[s.tenant] for s in seats])
-        add_agents(conn, [(s.tenant, s.agent) for s in seats], config or AgentConfig())
+        add_agents(conn, [(s.tenant, s.agent) for s in seats],
+                   config or AgentConfig(system_prompt=BASE_PROMPT))
         cur.executemany("INSERT INTO api_tokens (token_sha256, tenant_id, role, label)"
                         " VALUES (%s, %s, 'owner', 'workshop')",
                         [[token_digest(s.token), s.tenant] for s in seats])

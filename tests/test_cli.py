@@ -17,8 +17,10 @@ import httpx
 import psycopg
 import pytest
 
-from hango.agents import load_agent, principal_for
+from hango.agent.base_prompt import BASE_PROMPT
+from hango.agents import AgentConfig, load_agent, principal_for
 from hango.db import Database
+from hango.models.simulated import BLOCK_OVERHEAD, count_tokens, min_cacheable_tokens
 
 HANGO = str(Path(sys.executable).with_name("hango"))
 
@@ -52,6 +54,42 @@ def test_tenant_token_and_agent(db: Database) -> None:
     saved = load_agent(db, name, "helper")
     assert saved is not None and saved.tools == ["read_file", "ls", "glob"]
     assert saved.memory == ["/memories/AGENTS.md"]
+
+
+def test_agent_create_refuses_an_existing_agent_and_set_changes_only_what_it_names(
+        db: Database, tenant: str) -> None:
+    made = hango("agent", "create", tenant, "a1", "--tools", "read_file", "ls", "--memory",
+                 "/memories/team.md", "--reserved-writes", "ask")
+    assert made.returncode == 0, made.stderr
+    before = load_agent(db, tenant, "a1")
+    assert before is not None and before.system_prompt == BASE_PROMPT
+    again = hango("agent", "create", tenant, "a1", "--skills", "/skills/team")
+    assert again.returncode == 1 and f"agent 'a1' in tenant {tenant!r} already exists; nothing " \
+        f"was changed" in again.stderr and f"hango agent set {tenant} a1" in again.stderr
+    assert load_agent(db, tenant, "a1") == before  # the earlier --tools and --memory are kept
+    changed = hango("agent", "set", tenant, "a1", "--skills", "/skills/team", "--system-prompt",
+                    "Be brief.")
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(changed.stdout)["skills"] == ["/skills/team/"]
+    assert load_agent(db, tenant, "a1") == before.model_copy(update={
+        "skills": ["/skills/team/"], "system_prompt": "Be brief."})
+    for args, message in ((("agent", "set", tenant, "a1"), "nothing to change"),
+                          (("agent", "set", tenant, "nobody", "--tools", "ls"),
+                           f"no agent 'nobody' in tenant {tenant!r}: create it with"),
+                          (("agent", "set", tenant, "a1", "--subagents", "a1"),
+                           "subagents[0] 'a1' is this agent itself")):
+        refused = hango(*args)
+        assert refused.returncode == 1 and message in refused.stderr, refused.stderr
+    assert load_agent(db, tenant, "a1") == before.model_copy(update={
+        "skills": ["/skills/team/"], "system_prompt": "Be brief."})
+    lead = hango("agent", "create", tenant, "lead", "--subagents", "a1")
+    assert json.loads(lead.stdout)["tools"] == [*AgentConfig().tools, "task"]
+
+
+def test_the_base_prompt_of_a_new_agent_is_long_enough_to_be_cached() -> None:
+    """hango-sim-1 caches no prefix under 1,024 tokens: the base prompt reaches it by itself,
+    whatever the allowlist adds."""
+    assert count_tokens(BASE_PROMPT) + BLOCK_OVERHEAD >= min_cacheable_tokens("hango-sim-1")
 
 
 def test_token_expiry_list_and_revoke(db: Database, tenant: str) -> None:

@@ -13,28 +13,17 @@ import pytest
 from hango.agents import AgentConfig
 from hango.api.client import ApiError
 from hango.exercises import check
-from hango.models.base import Request
-from hango.models.simulated import Reply, SimulatedModel, tool_call
+from hango.models.acting import acting_policy
+from hango.models.simulated import SimulatedModel, tool_call
 from hango.notebook import Course, start
 
 MEMORY = "/memories/AGENTS.md"
 
 
-def remember(request: Request) -> Reply:
-    """Notebook 09's model: "Remember: X" appends "- X" to memory; a tool result is repeated."""
-    last = request.messages[-1]
-    if last.tool_results:
-        return Reply("Tool said: " + last.tool_results[0].content)
-    block = next((b.text for b in request.system if b.source == MEMORY), "")
-    old = "\n".join(block.splitlines()[1:-1]).strip() or "# About the user"
-    new = old + "\n- " + last.text.removeprefix("Remember: ") + "\n"
-    return Reply("", (tool_call("write_file", {"path": MEMORY, "content": new}),))
-
-
 @pytest.fixture
 def course() -> Iterator[Course]:
     course = start("t-exercises-0809", config=AgentConfig(reserved_writes="ask"),
-                   model=SimulatedModel(policy=remember))
+                   model=SimulatedModel(policy=acting_policy))  # notebook 09's model
     yield course
     course.close()
 
@@ -110,7 +99,10 @@ def test_09_checks_read_the_runs_and_proposals(course: Course,
     with pytest.raises(ApiError) as again:
         course.member.resume(asked["run_id"])
     check("09.3", course, run=asked, second_resume=again.value)
+    course.owner.put_agent(config.model_copy(update={"reserved_writes": "refuse"}))
+    check("09.1", course, run=course.member.run("Remember: jazz."))  # the file exists: edit_file
     out = _out(capsys)
     assert [line.split(":")[0] for line in out] == [
-        "NOT YET 09.1", "PASS 09.1", "NOT YET 09.2", "PASS 09.2", "NOT YET 09.3", "PASS 09.3"]
+        "NOT YET 09.1", "PASS 09.1", "NOT YET 09.2", "PASS 09.2", "NOT YET 09.3", "PASS 09.3",
+        "PASS 09.1"]
     assert "lacks ['- bed.']" in out[2]

@@ -369,6 +369,19 @@ def test_resume_twice_one_wins_the_other_is_told(t: T) -> None:
     assert t.owner.post(f"/runs/{out['run_id']}/resume").status_code == 200
     r = t.owner.post(f"/runs/{out['run_id']}/resume")
     assert r.status_code == 409 and "already resumed" in r.json()["detail"]
+
+
+def test_resuming_a_run_that_never_waited_says_what_it_is(db: Database, t: T) -> None:
+    out = run(t.member, "hello")
+    r = t.member.post(f"/runs/{out['run_id']}/resume")
+    assert r.status_code == 409 and r.json()["detail"] == (
+        f"run {out['run_id']} was never interrupted: it ended done without waiting for a "
+        "decision, so there is nothing to resume; start a new run instead")
+    short = create_tenant(db, "p-" + uuid.uuid4().hex[:12])  # and a short prompt says why it
+    save_agent(db, short, "a1", AgentConfig(system_prompt="Be brief."))  # reads nothing
+    client = httpx.Client(base_url=str(t.owner.base_url), timeout=60,  # the token's tenant
+                          headers={"Authorization": f"Bearer {create_token(db, short, 'member')}"})
+    assert [c["cache_miss_reason"] for c in run(client, "hello")["usage"]] == ["below_minimum"]
     assert t.owner.post("/runs/nope/resume").status_code == 404
 
 
@@ -401,7 +414,8 @@ def test_runs_report_usage_and_trace_and_bounds(db: Database, t: T) -> None:
     out = run(t.member, "hello")
     assert out["status"] == "done" and out["text"] == "(hango-sim) hello"
     assert len(out["usage"]) == 1 and set(out["usage"][0]) == {
-        "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"}
+        "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens",
+        "cache_miss_reason"}
     assert t.member.get(f"/runs/{out['run_id']}").json()["text"] == out["text"]
     t.owner.put(url(t.owner), json={**t.owner.get(url(t.owner)).json(), "max_steps": 1})
     failed = run(t.member, do(write("/notes/x.md", "x")))

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from hango.agent.base_prompt import BASE_PROMPT
 from hango.agents import create_tenant, drop_tenant, load_agent, principal_for
 from hango.cli import main
 from hango.db import Database
@@ -26,7 +27,8 @@ def test_provision_prints_one_working_seat_per_learner(db: Database,
             principal = principal_for(db, r["token"])
             assert principal is not None and principal.tenant_id == r["tenant"]
             assert principal.role == r["role"] == "owner"
-            assert load_agent(db, r["tenant"], r["agent"]) is not None
+            config = load_agent(db, r["tenant"], r["agent"])
+            assert config is not None and config.system_prompt == BASE_PROMPT  # long enough to cache
         assert {r["agent"] for r in rows} == {"assistant"}  # the README's and notebooks' name
         assert "3 learners: 3 tenants created; one new owner token each" in captured.err
         # again: the tenants and agents stay, new tokens are minted, the old ones still work,

@@ -126,7 +126,10 @@ def summary(result: _Outcome, saved: dict[str, Any] | None = None) -> dict[str, 
     calls = [{"input_tokens": r.usage.input_tokens,
               "cache_creation_input_tokens": r.usage.cache_creation_input_tokens,
               "cache_read_input_tokens": r.usage.cache_read_input_tokens,
-              "output_tokens": r.usage.output_tokens} for r in result.responses]
+              "output_tokens": r.usage.output_tokens,
+              # why it did not read more (below_minimum, expired, ...), as the model diagnosed
+              "cache_miss_reason": r.diagnostics.miss_reason if r.diagnostics else None}
+             for r in result.responses]
     return {"status": result.status, "stop_reason": result.stop_reason, "text": result.text,
             "usage": calls, "cache_read_ratio": result.usage.read_ratio,
             "warnings": list(result.warnings), "interrupt": result.interrupt,
@@ -177,7 +180,7 @@ def claim(db: Database, tenant_id: str, agent_id: str, run_id: str) -> dict[str,
     with db.tenant(tenant_id) as conn:
         row = conn.execute(
             """SELECT r.status, r.state, r.proposal_id, p.status,
-                      r.claimed_at < now() - make_interval(secs => %s)
+                      r.claimed_at < now() - make_interval(secs => %s), r.result
                  FROM runs r LEFT JOIN proposals p
                    ON p.tenant_id = r.tenant_id AND p.proposal_id = r.proposal_id
                 WHERE r.tenant_id = %s AND r.agent_id = %s AND r.run_id = %s
@@ -185,13 +188,12 @@ def claim(db: Database, tenant_id: str, agent_id: str, run_id: str) -> dict[str,
             [CLAIM_SECONDS, tenant_id, agent_id, run_id]).fetchone()
         if row is None:
             raise RunNotFound(run_id)
-        status, state, proposal_id, decision, stale = row
+        status, state, proposal_id, decision, stale, result = row
         if status == "resuming" and not stale:
             raise RunConflict(f"run {run_id} is already being resumed by another request; "
                               f"GET it to see how it ends")
         if status not in ("interrupted", "resuming"):
-            raise RunConflict(f"run {run_id} was already resumed and is {status}; "
-                              "nothing was run again")
+            raise not_resumable(run_id, status, result)
         if decision == "pending":
             raise RunConflict(f"run {run_id} waits for proposal {proposal_id}, which is still "
                               "pending: an owner or admin must approve or reject it first")
@@ -200,6 +202,18 @@ def claim(db: Database, tenant_id: str, agent_id: str, run_id: str) -> dict[str,
                          WHERE tenant_id = %s AND run_id = %s""", [tenant_id, run_id])
     assert isinstance(state, dict)
     return state
+
+
+def not_resumable(run_id: str, status: str, result: dict[str, Any] | None) -> RunConflict:
+    """Why a run that is not interrupted cannot be resumed, naming what it really is."""
+    if (result or {}).get("resumed"):
+        return RunConflict(f"run {run_id} was already resumed and is {status}; nothing was "
+                           "run again")
+    if status in ("done", "failed"):
+        return RunConflict(f"run {run_id} was never interrupted: it ended {status} without "
+                           "waiting for a decision, so there is nothing to resume; start a new "
+                           "run instead")
+    return RunConflict(f"run {run_id} is {status}, not interrupted: there is nothing to resume")
 
 
 def release(db: Database, tenant_id: str, run_id: str) -> None:

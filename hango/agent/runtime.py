@@ -72,7 +72,7 @@ class RunResult:
     short names of the catalogue (``hango.telemetry.RUN_ATTRIBUTES``) read as attributes too.
     """
 
-    text: str
+    text: str  # the final answer (interrupted: what the model said with the call that waits)
     run_id: str
     stop_reason: str  # "final", "max_steps", "time_limit", "model_error" or "interrupted"
     messages: list[Message]
@@ -280,6 +280,8 @@ class Agent:
         except _Paused as paused:
             result.stop_reason = "interrupted"
             result.interrupt = paused.interrupt.payload
+            # What the model said with the call that waits ("I propose adding ..."), if anything.
+            result.text = next((m.text for m in reversed(messages) if m.role == "assistant"), "")
         return result
 
     def _tools(self, ctx: RunContext, stack: Stack, tools: dict[str, Tool],

@@ -1,9 +1,11 @@
 """Runs and proposals over HTTP: run an agent in the server, decide what it proposed, resume.
 
 - ``POST /v1/agents/{agent}/runs`` ``{"prompt": ...}`` runs the agent here, with the model named
-  by ``HANGO_MODEL`` (the offline simulator by default). Any role may run. The answer: run id,
-  status (``done``, ``interrupted``, ``failed``), text, usage per model call, cache read ratio,
-  warnings, the pending proposal if any, and the trace id.
+  by ``HANGO_MODEL`` (by default the offline simulator, acting on the conventions of
+  :mod:`hango.models.acting`). Any role may run. The answer: run id, status (``done``,
+  ``interrupted``, ``failed``), text, usage per model call (with why a call read less from the
+  cache, when the model says), cache read ratio, warnings, the pending proposal if any, and the
+  trace id.
 - ``GET /v1/agents/{agent}/runs/{run}`` shows how a run ended (or what it waits for).
 - ``POST /v1/agents/{agent}/runs/{run}/resume`` continues an interrupted run once its proposal
   is decided. Two resumes at once: one runs, the other gets 409.
@@ -31,6 +33,7 @@ from hango.agents import AgentConfig, load_agent
 from hango.api.deps import ErrorBody, _Agent, _agent
 from hango.db import DatabaseError
 from hango.fs.path import WRITERS
+from hango.models.acting import acting_policy
 from hango.models.base import Model
 from hango.models.simulated import SimulatedModel
 from hango.settings import Settings, SettingsError
@@ -51,9 +54,14 @@ class RunOut(BaseModel):
     status: Literal["done", "interrupted", "failed", "resuming"]
     stop_reason: str | None = None
     text: str = ""
-    usage: list[dict[str, int | None]] = Field(
+    usage: list[dict[str, int | str | None]] = Field(
         default_factory=list, description="Token usage of each model call, in order; "
-        "cache_read_input_tokens is null where the provider did not report it.")
+        "cache_read_input_tokens is null where the provider did not report it. "
+        "cache_miss_reason: why the call did not read more from the cache (below_minimum: the "
+        "prefix through the breakpoint is shorter than the model's minimum cacheable length, so "
+        "nothing is ever cached; expired, tools_changed, system_changed, messages_changed, "
+        "model_changed, previous_message_not_found, outside_lookback), null on a full hit or "
+        "where the model gives no diagnostics.")
     cache_read_ratio: float | None = Field(default=0.0, description="null: not reported.")
     warnings: list[str] = Field(default_factory=list)
     proposal: dict[str, Any] | None = Field(default=None,
@@ -108,8 +116,9 @@ def _err(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 def model_from_settings(settings: Settings) -> Model:
-    """``HANGO_MODEL``: ``hango-sim-*`` (offline), ``claude-*`` with the extra and a key, or
-    ``openai:<model>`` for any OpenAI-compatible server (``hango.models.openai``)."""
+    """``HANGO_MODEL``: ``hango-sim-*`` (offline, acting on :data:`~hango.models.acting.CONVENTIONS`),
+    ``claude-*`` with the extra and a key, or ``openai:<model>`` for any OpenAI-compatible server
+    (``hango.models.openai``)."""
     name = settings.model
     if name.startswith("openai:"):
         try:
@@ -119,7 +128,9 @@ def model_from_settings(settings: Settings) -> Model:
                                 "pip install 'hango[openai]'") from None
         return from_setting(name)
     if name.startswith("hango-sim"):
-        return SimulatedModel(name, history=1)  # the last call only: a server runs for hours
+        # The served simulator acts on the published conventions (hango.models.acting); the
+        # library's SimulatedModel() keeps its echo. The last call only: a server runs for hours.
+        return SimulatedModel(name, policy=acting_policy, history=1)
     if name.startswith("claude"):
         if not os.environ.get("ANTHROPIC_API_KEY"):
             raise SettingsError(f"HANGO_MODEL={name}: set ANTHROPIC_API_KEY, or unset "

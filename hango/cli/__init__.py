@@ -83,19 +83,26 @@ def _parser() -> argparse.ArgumentParser:
 
     agent = sub.add_parser("agent", help="agents and their config")
     agent_sub = agent.add_subparsers(dest="action", required=True, metavar="ACTION")
-    agent_create = agent_sub.add_parser("create", help="create or replace an agent's config")
-    agent_create.add_argument("tenant")
-    agent_create.add_argument("agent")
-    agent_create.add_argument("--tools", nargs="+", metavar="TOOL",
-                              help="the allowlist (default: the filesystem tools)")
-    agent_create.add_argument("--memory", nargs="+", metavar="PATH",
-                              help="memory files under /memories/ (default: tenant default)")
-    agent_create.add_argument("--skills", nargs="+", metavar="DIR",
-                              help="skills directories under /skills/ (default: tenant default)")
-    agent_create.add_argument("--system-prompt")
-    agent_create.add_argument("--reserved-writes", choices=["refuse", "ask"],
-                              help="agent writes under /memories/, /skills/: refused, or proposed "
-                                   "(default: HANGO_RESERVED_WRITES)")
+    agent_create = agent_sub.add_parser(
+        "create", help="create an agent (refused if it exists: change it with `agent set`)")
+    agent_set = agent_sub.add_parser(
+        "set", help="change only the given settings of an existing agent; the rest stays")
+    for each, default in ((agent_create, " (default: {})"), (agent_set, "")):
+        each.add_argument("tenant")
+        each.add_argument("agent")
+        each.add_argument("--tools", nargs="+", metavar="TOOL", help="the allowlist" + default.format(
+            "the filesystem tools, and task with --subagents"))
+        each.add_argument("--memory", nargs="+", metavar="PATH",
+                          help="memory files under /memories/" + default.format("tenant default"))
+        each.add_argument("--skills", nargs="+", metavar="DIR", help="skills directories under "
+                          "/skills/" + default.format("tenant default"))
+        each.add_argument("--subagents", nargs="+", metavar="AGENT",
+                          help="agents its task tool may run" + default.format("none"))
+        each.add_argument("--system-prompt", metavar="TEXT", help="its base prompt" + default.format(
+            "hango's realistic base prompt, long enough to be cached; hango.agent.base_prompt"))
+        each.add_argument("--reserved-writes", choices=["refuse", "ask"],
+                          help="agent writes under /memories/, /skills/: refused, or proposed"
+                               + default.format("HANGO_RESERVED_WRITES"))
     agent.set_defaults(func=cmd_agent)
 
     files = sub.add_parser("files", help="sync a local folder with an agent's files (over HTTP)")

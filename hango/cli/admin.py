@@ -16,15 +16,17 @@ from typing import Any
 import psycopg
 from pydantic import ValidationError
 
+from hango.agent.base_prompt import BASE_PROMPT
 from hango.agents import (
     AgentConfig,
+    create_agent,
     create_tenant,
     expiry_from,
     list_tokens,
     load_agent,
     mint_token,
     revoke_token,
-    save_agent,
+    update_agent,
 )
 from hango.cli.common import CliError, open_db, say
 from hango.db import Database
@@ -93,23 +95,39 @@ def _split(values: list[str] | None) -> list[str] | None:
 
 
 def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
+    """``agent create`` refuses an existing agent (its config would be replaced whole, earlier
+    ``--tools`` or ``--memory`` lost); ``agent set`` changes only the flags given."""
     fields: dict[str, Any] = {}
-    for key in ("tools", "memory", "skills"):
+    for key in ("tools", "memory", "skills", "subagents"):
         value = _split(getattr(args, key))
         if value is not None:
             fields[key] = value
-    if args.system_prompt is not None:
-        fields["system_prompt"] = args.system_prompt
-    if getattr(args, "reserved_writes", None) is not None:
-        fields["reserved_writes"] = args.reserved_writes
+    for key in ("system_prompt", "reserved_writes"):
+        if getattr(args, key) is not None:
+            fields[key] = getattr(args, key)
+    where = f"{args.agent!r} in tenant {args.tenant!r}"
+    if args.action == "set" and not fields:
+        raise CliError("nothing to change: give at least one of --tools, --memory, --skills, "
+                       "--subagents, --system-prompt, --reserved-writes")
+    db = open_db(settings)
     try:
-        config = AgentConfig(**fields)
+        if args.action == "create":
+            if "subagents" in fields and "tools" not in fields:  # or it could not call them
+                fields["tools"] = [*AgentConfig().tools, "task"]
+            config = create_agent(db, args.tenant, args.agent,
+                                  AgentConfig(**{"system_prompt": BASE_PROMPT, **fields}))
+            if config is None:
+                raise CliError(f"agent {where} already exists; nothing was changed. To change "
+                               f"some of its settings: `hango agent set {args.tenant} "
+                               f"{args.agent} --tools ...` (only the flags you give change)")
+        else:
+            config = update_agent(db, args.tenant, args.agent, fields)
+            if config is None:
+                raise CliError(f"no agent {where}: create it with `hango agent create "
+                               f"{args.tenant} {args.agent}`")
     except ValidationError as exc:
         raise CliError("; ".join(str(e["msg"]).removeprefix("Value error, ")
                                  for e in exc.errors())) from None
-    db = open_db(settings)
-    try:
-        save_agent(db, args.tenant, args.agent, config)
     except psycopg.errors.ForeignKeyViolation:
         raise _missing_tenant(args.tenant) from None
     finally:

@@ -26,6 +26,7 @@ NOTEBOOKS: dict[str, str] = {
     "02": "memory through the files API", "03": "skills index", "04": "broken frontmatter",
     "05": "allowed-tools narrowing", "06": "cache read ratio", "07": "subagents and tenants",
     "08": "debugging with traces", "09": "agent-written memory",
+    "10": "any model prefix caching",
 }
 
 

@@ -172,18 +172,19 @@ def _proposal_of(course: Course, run: dict[str, Any], name: str) -> proposal_sto
 def _09_1(course: Course, run: Any = None) -> str:
     row = _http_run(course, run, "run")
     spans = _spans_of(course, row["result"].get("trace_id", ""), row["run_id"])
-    writes = [s for s in spans if s.name == "execute_tool write_file"]
-    if not writes:
-        raise NotYet(f"{row['run_id']} made no write_file call: ask it to 'Remember: ...'")
+    writes = [s for s in spans if s.name in ("execute_tool write_file", "execute_tool edit_file")]
+    if not writes:  # the model edits a memory file that exists, and writes one that does not
+        raise NotYet(f"{row['run_id']} made no write_file or edit_file call: ask it to "
+                     "'Remember: ...'")
     if any(p.run_id == row["run_id"] for p in proposal_store.list_proposals(
             course.db, course.tenant, course.agent_id, None)):
         raise NotYet(f"{row['run_id']} made a proposal: the agent is still in ask mode")
     if row["status"] != "done" or not _attrs(writes[0]).get("hango.tool.error"):
-        raise NotYet(f"{row['run_id']} is {row['status']}, its write_file not refused")
+        raise NotYet(f"{row['run_id']} is {row['status']}, its {writes[0].name.split()[-1]} not refused")
     text = row["result"].get("text", "")
     if "reserved prefix" not in text:
         raise NotYet(f"the tool result the model repeated does not name the rule: {text!r}")
-    return (f"{row['run_id']} is done with no proposal; the write_file span has "
+    return (f"{row['run_id']} is done with no proposal; the {writes[0].name.split()[-1]} span has "
             f"hango.tool.error=True and the agent read: {text.removeprefix('Tool said: ')!r}")
 
 
