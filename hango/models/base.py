@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
+
+from hango.errors import HangoError
 
 Tier = Literal["tools", "system", "messages"]
 Role = Literal["user", "assistant"]
@@ -148,6 +150,18 @@ class Model(Protocol):
 
 class InvalidRequest(ValueError):
     """A request the provider would answer with 400. Raised before anything is sent or priced."""
+
+
+class ModelError(HangoError, RuntimeError):
+    """The model's call failed (the provider's 5xx, a timeout, a 400): over HTTP a 502 naming the
+    model and the provider's message, first line only, so a 5xx body never carries more."""
+
+    status: ClassVar[int] = 502
+
+    def __init__(self, model: str, cause: BaseException) -> None:
+        reason = (str(cause).strip().splitlines() or [""])[0][:300]
+        super().__init__(f"the model {model} failed: {type(cause).__name__}"
+                         + (f": {reason}" if reason else ""))
 
 
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # a tool without arguments
