@@ -68,6 +68,13 @@ class Contention(DatabaseError):
         return {"Retry-After": "1"}
 
 
+def aborted(exc: BaseException) -> bool:
+    """Whether PostgreSQL rolled the transaction back to let a concurrent one through: SQLSTATE
+    class 40 (deadlock detected, serialization failure), which psycopg raises as a plain
+    OperationalError subclass, not as TransactionRollback."""
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("40")
+
+
 class Database:
     """A connection pool as ``hango_app`` plus an admin connection for schema and tenants."""
 
@@ -259,9 +266,9 @@ class Database:
                 if tenant_id is not None:
                     conn.execute("SELECT set_config('hango.tenant_id', %s, true)", [tenant_id])
                 yield conn
-        except psycopg.errors.TransactionRollback as exc:  # deadlock, serialization failure
-            raise Contention() from exc
         except psycopg.OperationalError as exc:
+            if aborted(exc):
+                raise Contention() from exc
             raise DatabaseError(f"database unavailable: {exc}".strip()) from exc
 
     @contextmanager
