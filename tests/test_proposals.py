@@ -403,6 +403,8 @@ def test_a_turn_with_several_calls_resumes_where_it_stopped(db: Database, t: T) 
 def test_runs_report_usage_and_trace_and_bounds(db: Database, t: T) -> None:
     out = run(t.member, "hello")
     assert out["status"] == "done" and out["text"] == "(hango-sim) hello"
+    blank = run(t.member, "   ", 422)  # the provider would refuse it: said before the wire
+    assert blank["detail"].startswith("prompt: messages[0] (user) is empty")
     assert len(out["usage"]) == 1 and set(out["usage"][0]) == {
         "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"}
     assert t.member.get(f"/runs/{out['run_id']}").json()["text"] == out["text"]

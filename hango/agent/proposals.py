@@ -201,8 +201,8 @@ def _after(cursor: str | None) -> tuple[str | None, str | None]:
             raise ValueError
         datetime.fromisoformat(created)
     except (ValueError, TypeError):  # binascii.Error and json.JSONDecodeError are ValueErrors
-        raise InvalidCursor("the cursor is not one this listing gave out; pass next_cursor "
-                            "unchanged, or start again without a cursor") from None
+        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}: pass back the next_cursor of "
+                            "the previous page unchanged") from None
     return created, proposal_id
 
 

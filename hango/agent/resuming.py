@@ -28,7 +28,7 @@ from psycopg.types.json import Json
 
 from hango.agent import proposals, runs
 from hango.agent.hooks import Interrupt, RunContext
-from hango.agent.runs import LeaseLost, RunConflict, RunNotFound
+from hango.agent.runs import LeaseLost, RunConflict, RunError, RunNotFound
 from hango.agent.stack import Stack
 from hango.db import Database, DatabaseError
 from hango.fs.backend import PostgresBackend
@@ -165,6 +165,16 @@ def release(db: Database, tenant_id: str, run_id: str, token: str | None = None)
 def token(lease: Lease | None) -> str | None:
     """The claim token runs.save checks (``None``: a run that was never interrupted)."""
     return None if lease is None else lease.token
+
+
+def conversation(lease: Lease, config_digest: str) -> list[Message]:
+    """The saved conversation, if the agent's config and model (``config_digest``) are still
+    those the run was interrupted with; a :class:`~hango.agent.runs.RunError` otherwise."""
+    if lease.state["digest"] != config_digest:
+        raise RunError(f"run {lease.run_id}: the agent's config or model changed since the run "
+                       "was interrupted, so its conversation no longer matches; nothing was run. "
+                       "Restore the config, or start a new run")
+    return [runs.message_from_json(m) for m in lease.state["messages"]]
 
 
 Frozen = tuple[tuple[Block, ...], tuple[Breakpoint, ...]]

@@ -43,6 +43,7 @@ from hango.fs.backend import PostgresBackend
 from hango.models.base import (
     Block,
     Breakpoint,
+    InvalidRequest,
     Message,
     Model,
     ModelError,
@@ -184,13 +185,8 @@ class Agent:
         with lease:  # renewed while this resume runs
             try:
                 config = self.load_config()
-                if lease.state["digest"] != runs.digest(config.model_dump_json(),
-                                                        self.model.name):
-                    raise runs.RunError(
-                        f"run {run_id}: the agent's config or model changed since the run was "
-                        "interrupted, so its conversation no longer matches; nothing was run. "
-                        "Restore the config, or start a new run")
-                messages = [runs.message_from_json(m) for m in lease.state["messages"]]
+                messages = resuming.conversation(lease, runs.digest(config.model_dump_json(),
+                                                                    self.model.name))
                 return self._segment(config, run_id, messages, lease, True)
             except BaseException:  # resumable again, from after its last call marked done
                 with contextlib.suppress(DatabaseError):  # else the claim expires by itself
@@ -243,8 +239,12 @@ class Agent:
             with self.telemetry.chat_span(request, self.model.provider) as span:
                 try:
                     response = self.model.complete(request)
-                except Exception as exc:  # the provider's: a 502 over HTTP, never a 500
-                    raise ModelError(self.model.name, exc) from exc
+                except (ModelError, InvalidRequest):  # refused before the wire: as it is
+                    raise
+                except Exception as exc:  # any other failure of the call: its first line only
+                    line = (str(exc).strip().splitlines() or [""])[0][:300]
+                    raise ModelError(f"the model {self.model.name} failed: "
+                                     f"{type(exc).__name__}: {line}") from exc
                 self.telemetry.record_chat(span, response, model=request.model,
                                            attributes=ctx.attributes)
             result.requests.append(request)

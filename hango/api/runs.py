@@ -36,8 +36,9 @@ from hango.agent.runs import summary
 from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, load_agent
 from hango.api.deps import ErrorBody, _Agent, _agent
+from hango.api.files import TEXT_SHAPE
 from hango.fs.path import WRITERS
-from hango.models.base import Model
+from hango.models.base import InvalidRequest, Model
 from hango.models.simulated import SimulatedModel
 from hango.settings import Settings, SettingsError
 from hango.telemetry import Telemetry
@@ -102,15 +103,18 @@ class ProposalList(BaseModel):
 
 class ApproveBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    content: str | None = Field(default=None, description="The owner's edit of the content.")
+    content: str | None = Field(default=None, description="The owner's edit of the content.",
+                                json_schema_extra={"pattern": TEXT_SHAPE})
     base_version: int | None = Field(default=None, ge=1, description="Approve against this "
                                      "version (after a conflict showed the fresh diff).")
-    reason: str | None = Field(default=None, max_length=2000)
+    reason: str | None = Field(default=None, max_length=2000,
+                               json_schema_extra={"pattern": TEXT_SHAPE})
 
 
 class RejectBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=2000, description="The agent reads it.")
+    reason: str = Field(min_length=1, max_length=2000, description="The agent reads it.",
+                        json_schema_extra={"pattern": TEXT_SHAPE})
 
 
 def _err(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -203,7 +207,10 @@ def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
     if config is None:
         raise agent.no_agent()
     # A ModelError rises to its 502 (deps.py), naming the model and the provider's message.
-    result = _server_agent(request, agent, config).run(body.prompt, record=True)
+    try:
+        result = _server_agent(request, agent, config).run(body.prompt, record=True)
+    except InvalidRequest as exc:  # the provider would refuse it (a blank prompt): said first
+        raise HTTPException(422, f"prompt: {exc}") from None
     return _out(summary(result), result.run_id, result.status)
 
 

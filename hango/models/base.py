@@ -153,15 +153,11 @@ class InvalidRequest(ValueError):
 
 
 class ModelError(HangoError, RuntimeError):
-    """The model's call failed (the provider's 5xx, a timeout, a 400): over HTTP a 502 naming the
-    model and the provider's message, first line only, so a 5xx body never carries more."""
+    """The model's endpoint failed, or answered what hango cannot use (no usage, a malformed
+    tool call). The message names the endpoint and what was wrong; a run that meets it ends
+    ``failed`` (a resume stays interrupted) instead of raising a traceback at its caller."""
 
     status: ClassVar[int] = 502
-
-    def __init__(self, model: str, cause: BaseException) -> None:
-        reason = (str(cause).strip().splitlines() or [""])[0][:300]
-        super().__init__(f"the model {model} failed: {type(cause).__name__}"
-                         + (f": {reason}" if reason else ""))
 
 
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}  # a tool without arguments
