@@ -244,9 +244,14 @@ def agent_exists(db: Database, tenant_id: str, agent_id: str) -> bool:
 
 def lock_agent(conn: psycopg.Connection[Any], tenant_id: str, agent_id: str) -> None:
     """Hold the agent's row lock until ``conn``'s transaction ends: a bound counted per agent
-    (pending proposals) is then checked by one run of that agent at a time."""
-    conn.execute("SELECT 1 FROM agents WHERE tenant_id = %s AND agent_id = %s FOR UPDATE",
-                 [tenant_id, agent_id])
+    (pending proposals) is then checked by one run of that agent at a time.
+
+    ``FOR NO KEY UPDATE``, not ``FOR UPDATE``: a row inserted into ``runs`` (or any table whose
+    foreign key names the agent) takes ``FOR KEY SHARE`` on the agent's row, which conflicts
+    with ``FOR UPDATE`` only. Two runs that each had inserted their run and then asked for
+    ``FOR UPDATE`` waited on each other's ``KEY SHARE``: a deadlock, and PostgreSQL killed one."""
+    conn.execute("SELECT 1 FROM agents WHERE tenant_id = %s AND agent_id = %s "
+                 "FOR NO KEY UPDATE", [tenant_id, agent_id])
 
 
 def add_agents(conn: psycopg.Connection[Any], seats: Sequence[tuple[str, str]],

@@ -44,8 +44,35 @@ class DatabaseError(HangoError, RuntimeError):
 
     status: ClassVar[int] = 503
 
+    def detail(self) -> str:
+        """The message's first line: PostgreSQL's DETAIL, HINT and CONTEXT lines (which can hold
+        table contents) stay in the exception, out of an HTTP body."""
+        return str(self).split("\n", 1)[0]
+
     def headers(self) -> dict[str, str]:
         return {"Retry-After": "5"}
+
+
+class Contention(DatabaseError):
+    """PostgreSQL aborted a transaction to break a deadlock or a serialization failure with a
+    concurrent one. Nothing of it was kept; the same request can simply be sent again."""
+
+    status: ClassVar[int] = 409
+
+    def __init__(self) -> None:
+        super().__init__("the database aborted this request's transaction to resolve a conflict "
+                         "with a concurrent one (a deadlock or a serialization failure); nothing "
+                         "was written: send it again")
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
+def aborted(exc: BaseException) -> bool:
+    """Whether PostgreSQL rolled the transaction back to let a concurrent one through: SQLSTATE
+    class 40 (deadlock detected, serialization failure), which psycopg raises as a plain
+    OperationalError subclass, not as TransactionRollback."""
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("40")
 
 
 class Database:
@@ -240,6 +267,8 @@ class Database:
                     conn.execute("SELECT set_config('hango.tenant_id', %s, true)", [tenant_id])
                 yield conn
         except psycopg.OperationalError as exc:
+            if aborted(exc):
+                raise Contention() from exc
             raise DatabaseError(f"database unavailable: {exc}".strip()) from exc
 
     @contextmanager

@@ -87,6 +87,13 @@ class NotText(HangoError, ValueError):
     status: ClassVar[int] = 409
 
 
+class InvalidText(HangoError, ValueError):
+    """Content a write would store is not text: U+0000 (NUL), or a lone surrogate, which has no
+    UTF-8 form. Nothing was written. (POSIX: the lines of a text file hold no NUL.)"""
+
+    status: ClassVar[int] = 422
+
+
 class FileTooLarge(HangoError, ValueError):
     """A file would be (or is) larger than ``HANGO_MAX_FILE_BYTES``. Nothing was written.
 

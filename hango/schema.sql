@@ -397,10 +397,10 @@ CREATE TABLE IF NOT EXISTS runs (
     agent_id    text NOT NULL,
     run_id      text NOT NULL CHECK (run_id ~ '^[A-Za-z0-9._-]{1,128}$'),
     status      text NOT NULL CHECK (status IN ('interrupted', 'resuming', 'done', 'failed')),
-    state       jsonb,            -- what resume needs; NULL once the run has ended
-    result      jsonb NOT NULL DEFAULT '{}',  -- text, usage per model call, warnings, error
+    state       json,             -- what resume needs; NULL once the run has ended
+    result      json NOT NULL DEFAULT '{}',  -- text, usage per model call, warnings, error
     proposal_id text,             -- what an interrupted run waits for
-    claimed_at  timestamptz,      -- a resume in progress (a stale claim can be taken over)
+    claimed_at  timestamptz,      -- when the resume in progress took its claim
     created_at  timestamptz NOT NULL DEFAULT now(),
     updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (tenant_id, run_id),
@@ -541,3 +541,43 @@ CREATE TABLE IF NOT EXISTS exercise_passes (
 );
 REVOKE ALL ON exercise_passes FROM PUBLIC;
 GRANT SELECT, INSERT, DELETE ON exercise_passes TO hango_app;
+-- ===== resumes that run each saved call once; who proposed; the proposals listing's order =========
+-- A run's state and result are json, not jsonb: what a run read or a model answered may hold
+-- U+0000, which json keeps as the escape \u0000 and jsonb (like text) refuses. hango stores and
+-- loads them whole and never queries inside them. (Databases made with jsonb are converted once.)
+DO $$
+BEGIN
+    IF (SELECT a.atttypid FROM pg_catalog.pg_attribute a
+         WHERE a.attrelid = 'public.runs'::regclass AND a.attname = 'state') = 'jsonb'::regtype THEN
+        ALTER TABLE public.runs ALTER COLUMN result DROP DEFAULT,
+            ALTER COLUMN state TYPE json USING state::json,
+            ALTER COLUMN result TYPE json USING result::json,
+            ALTER COLUMN result SET DEFAULT '{}';
+    END IF;
+END
+$$;
+-- A resume's claim is a lease: the resume holding claim_token renews claim_expires_at while it
+-- runs (every third of HANGO_RUN_LEASE_SECONDS); once it has passed, another resume may take over.
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS claim_token text;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS claim_expires_at timestamptz;
+-- The saved calls a resume has run (the rest of the interrupted turn, then each turn it saved):
+-- a row per call, with its result, committed with the call's effect when that is a file write.
+-- A later resume runs only the calls that have no row here.
+CREATE TABLE IF NOT EXISTS run_calls (
+    tenant_id text NOT NULL,
+    run_id    text NOT NULL,
+    call_id   text NOT NULL,
+    result    json NOT NULL,
+    PRIMARY KEY (tenant_id, run_id, call_id),
+    FOREIGN KEY (tenant_id, run_id) REFERENCES runs ON DELETE CASCADE
+);
+ALTER TABLE run_calls ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS tenant_isolation ON run_calls;
+CREATE POLICY tenant_isolation ON run_calls
+    USING (tenant_id = current_setting('hango.tenant_id', true));
+GRANT SELECT, INSERT, UPDATE, DELETE ON run_calls TO hango_app;
+-- Who started the run that proposed ("member:<token fingerprint>"; NULL: a run started in code):
+-- a member's runs may hold only HANGO_PROPOSALS_MAX_PENDING_PER_MEMBER of an agent's pending ones.
+ALTER TABLE proposals ADD COLUMN IF NOT EXISTS proposed_by text;
+-- The listing pages by (created_at, proposal_id), oldest first.
+CREATE INDEX IF NOT EXISTS proposals_listing ON proposals (tenant_id, agent_id, created_at, proposal_id);

@@ -90,6 +90,10 @@ class Settings(BaseSettings):
         default="refuse", description="An agent's write under /memories/ or /skills/: refused, "
         "or a proposal an owner or admin decides.")
     proposals_max_pending: int = Field(default=20, ge=1, le=10_000)
+    # A member's runs may hold at most this many of an agent's pending proposals, so that one
+    # member cannot fill the queue for everyone (owners, admins and runs started in code: only
+    # the agent's bound above).
+    proposals_max_pending_per_member: int = Field(default=5, ge=1, le=10_000)
     model: str = Field(default="hango-sim-1", min_length=1, description="The model of runs over "
                        "HTTP: hango-sim-1 (offline), a claude-* name (needs the anthropic extra "
                        "and ANTHROPIC_API_KEY) or openai:<model> (the openai extra; the server "
@@ -99,6 +103,9 @@ class Settings(BaseSettings):
         default=None, pattern=r"^[A-Za-z0-9._@-]{1,64}$",
         description="Whose exercise progress check() records and progress() shows (default: "
         "the login name); see hango/exercises/progress.py.")
+    # A resume's claim on a run lasts this long and is renewed every third of it while the resume
+    # runs; the claim of a resume whose process died expires after at most this long.
+    run_lease_seconds: float = Field(default=30.0, ge=0.1, le=3600)
 
     @field_validator("memory_default_sources", "skills_default_sources", mode="before")
     @classmethod

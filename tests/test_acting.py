@@ -275,7 +275,7 @@ def test_through_the_stack_remember_proposes_approve_resume_recall(db: Database,
     assert run.status == "interrupted" and run.text.startswith("I propose adding")
     assert run.interrupt is not None and run.interrupt["path"] == MEMORY
     proposals.approve(db, tenant, "a1", run.interrupt["proposal_id"], by="owner:t", role="owner",
-                      allowlist=frozenset(AgentConfig().tools), max_bytes=1 << 20)
+                      allowlist=frozenset(AgentConfig().tools))
     resumed = agent.resume(run.run_id)
     assert resumed.status == "done" and resumed.text.startswith(
         f"Remembered “I prefer tea, no sugar.” in {MEMORY}. The tool said: approved:")

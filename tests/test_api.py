@@ -400,7 +400,7 @@ def test_openapi_document(api_url: str) -> None:
     doc = httpx.get(f"{api_url}/openapi.json").json()
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     operations = [(p, m, op) for p, ops in doc["paths"].items() for m, op in ops.items()]
-    assert len(operations) == 8 + 3 + 7  # files API; /v1/tokens; runs and proposals (test_proposals)
+    assert len(operations) == 8 + 3 + 8  # files API; /v1/tokens; runs and proposals (test_proposals)
     for path, method, op in operations:
         responses = op["responses"]
         for code in ("401", "422", "503"):

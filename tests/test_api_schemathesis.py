@@ -48,6 +48,7 @@ OPERATIONS = [
     ("GET", "/v1/tokens"), ("POST", "/v1/tokens"), ("DELETE", "/v1/tokens/{token_id}"),
     ("POST", "/v1/agents/{agent_id}/runs"), ("GET", "/v1/agents/{agent_id}/runs/{run_id}"),
     ("POST", "/v1/agents/{agent_id}/runs/{run_id}/resume"),
+    ("POST", "/v1/agents/{agent_id}/runs/{run_id}/release"),
     ("GET", "/v1/agents/{agent_id}/proposals"),
     ("GET", "/v1/agents/{agent_id}/proposals/{proposal_id}"),
     ("POST", "/v1/agents/{agent_id}/proposals/{proposal_id}/approve"),

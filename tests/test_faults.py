@@ -328,6 +328,7 @@ def test_api_write_while_the_database_is_down_is_503(
                      client.patch(URL, json={"old": "old", "new": "new"})):
         assert response.status_code == 503, response.text
         assert response.json()["detail"].startswith("database unavailable: ")
+        assert "\n" not in response.json()["detail"]  # libpq's and PostgreSQL's further lines
         assert response.headers["Retry-After"]
     server.start()
     assert state(db, tenant) == ("old", 1)
@@ -366,6 +367,7 @@ def test_api_write_killed_in_flight_is_503_and_rolled_back(
         return
     assert response.status_code == 503, response.text
     assert response.json()["detail"].startswith("database unavailable: ")
+    assert "\n" not in response.json()["detail"]
     assert got.status_code == 200 and got.text == "old" and got.headers["ETag"] == '"1"'
     assert client.put(URL, content="new").json() == {"path": NOTE, "version": 2}
     assert state(db, tenant) == ("new", 2)

@@ -202,7 +202,14 @@ def _memory_structure(db: Database, tenant_id: str, memory: str,
     agent, backend = _fresh_agent(db, tenant_id)
     for i in range(skills):
         backend.write(f"/skills/k{i}/SKILL.md", skill_file(f"k{i}", "A skill."))
-    backend.write("/memories/AGENTS.md", memory)
+    if "\x00" in memory:  # the write path refuses U+0000; a file from before that rule has it
+        data = memory.encode("utf-8")
+        with db.admin() as conn:
+            conn.execute("INSERT INTO agent_files (tenant_id, agent_id, path, content, size) "
+                         "VALUES (%s, %s, '/memories/AGENTS.md', %s, %s)",
+                         [tenant_id, agent, data, len(data)])
+    else:
+        backend.write("/memories/AGENTS.md", memory)
     result = Agent(db, tenant_id, agent, SimulatedModel()).run("hi")
     request = result.requests[0]
     memory_blocks = [i for i, b in enumerate(request.system) if b.source.startswith("/memories/")]

@@ -26,7 +26,7 @@ from hango.agent.stack import Stack, default_stack
 from hango.agents import AgentConfig, create_token, save_agent
 from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
-from hango.models.base import Block, Message, Request
+from hango.models.base import Block, Message, ModelError, Request
 from hango.models.simulated import Reply, SimulatedModel, tool_call
 from hango.settings import load_settings
 from hango.telemetry import Telemetry
@@ -209,7 +209,8 @@ def test_a_resume_failing_while_the_database_fails_too_reports_the_first_failure
     run_id = first.run_id
     approve(db, tenant, first.interrupt)
     try:
-        with pytest.raises(RuntimeError, match=r"^the model is down$"):
+        with pytest.raises(ModelError, match=r"^the model hango-sim-1 failed: RuntimeError: "
+                                             r"the model is down$"):
             agent.resume(run_id)
     finally:
         watcher.join(60)

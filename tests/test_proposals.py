@@ -7,8 +7,11 @@ says in the prompt what the agent does, and asserts what an owner sees and decid
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -413,6 +416,8 @@ def test_a_turn_with_several_calls_resumes_where_it_stopped(db: Database, t: T) 
 def test_runs_report_usage_and_trace_and_bounds(db: Database, t: T) -> None:
     out = run(t.member, "hello")
     assert out["status"] == "done" and out["text"] == "(hango-sim) hello"
+    blank = run(t.member, "   ", 422)  # the provider would refuse it: said before the wire
+    assert blank["detail"].startswith("prompt: messages[0] (user) is empty")
     assert len(out["usage"]) == 1 and set(out["usage"][0]) == {
         "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens",
         "cache_miss_reason"}
@@ -622,7 +627,7 @@ def test_bad_settings_name_their_variable(field: str, value: object, variable: s
         load_settings(**{field: value})
 
 
-def test_a_model_failure_is_502_and_a_subagent_proposal_is_reported(db: Database) -> None:
+def test_a_model_failure_fails_the_run_and_a_subagent_proposal_is_reported(db: Database) -> None:
     tid = create_tenant(db, "p-" + uuid.uuid4().hex[:12])
     save_agent(db, tid, "lead", AgentConfig(tools=["task"], subagents=["scribe"]))
     save_agent(db, tid, "scribe", AgentConfig(reserved_writes="ask"))
@@ -635,7 +640,10 @@ def test_a_model_failure_is_502_and_a_subagent_proposal_is_reported(db: Database
                        headers={"Authorization": f"Bearer {token}"})
     finally:
         stop()
-    assert r.status_code == 502 and "the model hango-sim-1 failed" in r.json()["detail"]
+    # The run ends failed, kept, with the model's error (its first line) among its warnings.
+    assert r.status_code == 201 and r.json()["status"] == "failed", r.text
+    assert r.json()["stop_reason"] == "model_error"
+    assert any("the model hango-sim-1 failed" in w for w in r.json()["warnings"])
     lead = Agent(db, tid, "lead", SimulatedModel(policy=[
         [tool_call("task", {"agent": "scribe", "description": do(write(MEMORY, "x"))})],
         lambda request: request.messages[-1].tool_results[0].content]),
@@ -643,3 +651,234 @@ def test_a_model_failure_is_502_and_a_subagent_proposal_is_reported(db: Database
     result = lead.run("go")
     assert result.status == "done" and "scribe proposed a write" in result.text
     assert [p.agent_id for p in proposals.list_proposals(db, tid, "scribe")] == ["scribe"]
+
+
+# --- many proposers at once; the share of the queue; the listing's pages ------------------------
+
+
+def _server(db: Database, **settings: Any) -> tuple[str, Any]:
+    """A server of its own with ``settings`` (caps, quotas, bounds) and the scripted model."""
+    app = create_app(db, load_settings(**settings))
+    app.state.hango_model = SimulatedModel(policy=policy)
+    return serve_in_thread(app)
+
+
+def test_concurrent_proposers_lose_no_run(db: Database) -> None:
+    """8 members run one ask agent at once, 100 runs in all, each proposing a memory write.
+    Every run answers 201 interrupted and has its runs row and its proposal, which names its
+    member. (Before: the agent's row lock FOR UPDATE waited on the KEY SHARE that another run's
+    INSERT into runs holds: deadlocks, and the lost runs answered 503 with PostgreSQL's DETAIL.)"""
+    tid = create_tenant(db, "p-" + uuid.uuid4().hex[:12])
+    save_agent(db, tid, "a1", AgentConfig(reserved_writes="ask"))
+    url, stop = _server(db, proposals_max_pending=200, proposals_max_pending_per_member=200)
+    answers: list[tuple[str, int, dict[str, Any]]] = []
+    start = threading.Barrier(8)
+
+    def member(n: int) -> None:
+        token = create_token(db, tid, "member")
+        with httpx.Client(base_url=f"{url}/v1/agents/a1", timeout=120,
+                          headers={"Authorization": f"Bearer {token}"}) as client:
+            start.wait()
+            for k in range(13 if n < 4 else 12):
+                r = client.post("/runs", json={"prompt": do(write(f"/memories/m{n}-{k}.md",
+                                                                  "x"))})
+                answers.append((token, r.status_code, r.json()))
+
+    threads = [threading.Thread(target=member, args=(n,)) for n in range(8)]
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        stop()
+    assert len(answers) == 100
+    assert [(code, out.get("status")) for _, code, out in answers if code != 201 or
+            out["status"] != "interrupted"] == []
+    with psycopg.connect(db.admin_conninfo) as conn:
+        rows = conn.execute(
+            """SELECT r.run_id, r.status, p.proposal_id, p.proposed_by FROM runs r
+                 LEFT JOIN proposals p ON p.tenant_id = r.tenant_id AND p.run_id = r.run_id
+                WHERE r.tenant_id = %s""", [tid]).fetchall()
+    kept = {run_id: (status, pid, by) for run_id, status, pid, by in rows}
+    assert len(kept) == 100
+    for token, _, out in answers:
+        status, pid, by = kept[out["run_id"]]
+        assert (status, pid) == ("interrupted", out["proposal"]["proposal_id"])
+        assert by == "member:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+def test_a_members_runs_hold_only_their_share_of_the_queue(db: Database) -> None:
+    """HANGO_PROPOSALS_MAX_PENDING_PER_MEMBER=2: a member's third proposal is refused (the run
+    reads why and goes on); another member and the owner still propose; a decision frees a
+    place."""
+    url, stop = _server(db, proposals_max_pending=10, proposals_max_pending_per_member=2)
+    try:
+        t, other = _tenant(db, url), None
+        other = httpx.Client(base_url=url + "/v1/agents/a1", timeout=60, headers={
+            "Authorization": f"Bearer {create_token(db, t.id, 'member')}"})
+        first = [run(t.member, do(write(f"/memories/{i}.md", "x"))) for i in range(2)]
+        assert [o["status"] for o in first] == ["interrupted", "interrupted"]
+        refused = run(t.member, do(write("/memories/2.md", "x")))
+        assert refused["status"] == "done" and (
+            "the member who started this run already has 2 of this agent's proposals waiting "
+            "for a decision (HANGO_PROPOSALS_MAX_PENDING_PER_MEMBER)") in refused["text"]
+        assert run(other, do(write("/memories/3.md", "x")))["status"] == "interrupted"
+        assert run(t.owner, do(write("/memories/4.md", "x")))["status"] == "interrupted"
+        assert len(t.owner.get("/proposals").json()["proposals"]) == 4
+        listed = t.owner.get(f"/proposals/{first[0]['proposal']['proposal_id']}").json()
+        assert listed["proposed_by"].startswith("member:")
+        t.owner.post(f"/proposals/{first[0]['proposal']['proposal_id']}/reject",
+                     json={"reason": "no"})
+        assert run(t.member, do(write("/memories/5.md", "x")))["status"] == "interrupted"
+    finally:
+        stop()
+
+
+def test_the_proposals_listing_pages_with_a_cursor(t: T) -> None:
+    """Oldest first, ``limit`` at a time; ``next_cursor`` leads on, null on the last page; a
+    proposal made while paging appears on a later page (before: the first 100, and no way on)."""
+    made = [propose(t, f"v{i}\n", f"/memories/{i}.md")["proposal"]["proposal_id"]
+            for i in range(4)]
+    page = t.owner.get("/proposals", params={"limit": 3}).json()
+    assert [p["proposal_id"] for p in page["proposals"]] == made[:3]
+    made.append(run(t.owner, do(write("/memories/late.md", "x")))["proposal"]["proposal_id"])
+    rest = t.owner.get("/proposals", params={"limit": 3, "cursor": page["next_cursor"]}).json()
+    assert [p["proposal_id"] for p in rest["proposals"]] == made[3:]
+    assert rest["next_cursor"] is None
+    everything = t.owner.get("/proposals", params={"status": "all", "limit": 1000}).json()
+    assert [p["proposal_id"] for p in everything["proposals"]] == made
+    for bad in ("x", "eyJhIjoxfQ", page["next_cursor"] + "A"):
+        r = t.owner.get("/proposals", params={"cursor": bad})
+        assert r.status_code == 422 and "cursor" in r.json()["detail"], (bad, r.text)
+    assert t.owner.get("/proposals", params={"limit": 1001}).status_code == 422
+
+
+# --- approve writes through the one write path ----------------------------------------------
+
+
+def test_approve_obeys_every_rule_of_a_write(db: Database) -> None:
+    """The file cap (not the body cap), the tenant's quota, the file-or-directory rule and the
+    text rule, as a PUT would: each refusal writes nothing and leaves the proposal pending.
+    (Before: 100,000 bytes written under a 4,096-byte file cap, usage past the quota, a 500 onto
+    a directory, U+0000 written.)"""
+    url, stop = _server(db, max_file_bytes=4096, tenant_max_bytes=6000)
+    try:
+        t = _tenant(db, url)
+        pid = propose(t, "short\n")["proposal"]["proposal_id"]
+        over = t.owner.post(f"/proposals/{pid}/approve", json={"content": "x" * 5000})
+        assert over.status_code == 413 and "HANGO_MAX_FILE_BYTES (4096 bytes)" in \
+            over.json()["detail"]
+        assert t.owner.put("/files/notes/big.txt", content="b" * 4000).status_code == 201
+        quota = t.owner.post(f"/proposals/{pid}/approve", json={"content": "q" * 3000})
+        assert quota.status_code == 413 and "HANGO_TENANT_MAX_BYTES" in quota.json()["detail"]
+        nul = t.owner.post(f"/proposals/{pid}/approve", json={"content": "a\x00b"})
+        assert nul.status_code == 422 and "U+0000 (NUL) at character 1" in nul.json()["detail"]
+        assert t.owner.put("/files/memories/AGENTS.md/inside.md", content="d").status_code == 201
+        onto_dir = t.owner.post(f"/proposals/{pid}/approve", json={})
+        assert onto_dir.status_code == 409
+        assert "is a directory" in onto_dir.json()["detail"], onto_dir.text
+        assert file(db, t.id) is None
+        assert t.owner.get(f"/proposals/{pid}").json()["status"] == "pending"
+        assert t.owner.delete("/files/memories/AGENTS.md/inside.md").status_code == 204
+        ok = t.owner.post(f"/proposals/{pid}/approve", json={})
+        assert ok.status_code == 200 and file(db, t.id) == ("short\n", 1)
+    finally:
+        stop()
+
+
+def test_a_proposal_over_the_body_cap_but_under_the_file_cap_can_be_approved(db: Database,
+                                                                            t: T) -> None:
+    """1.4 MB proposed under the 16 MiB file cap: approve writes it (before: refused against
+    the 1 MiB request-body cap, so it could never be approved)."""
+    big = "- a long note\n" * 100_000
+    agent = Agent(db, t.id, "a1", SimulatedModel(policy=[[tool_call(
+        "write_file", {"path": MEMORY, "content": big})]]))
+    result = agent.run("remember a lot")
+    assert result.status == "interrupted" and result.interrupt is not None
+    ok = t.owner.post(f"/proposals/{result.interrupt['proposal_id']}/approve", json={})
+    assert ok.status_code == 200, ok.text
+    assert file(db, t.id) == (big, 1)
+
+
+# --- text PostgreSQL cannot hold -------------------------------------------------------------
+
+
+def _sql_file(db: Database, tenant: str, path: str, content: bytes) -> None:
+    """A file written around the write path (a file from before the text rule, a bulk load)."""
+    with psycopg.connect(db.admin_conninfo) as conn:
+        conn.execute("INSERT INTO agent_files (tenant_id, agent_id, path, content, size) "
+                     "VALUES (%s, 'a1', %s, %s, %s)", [tenant, path, content, len(content)])
+
+
+def test_nul_in_what_a_run_reads_or_answers_is_kept_exactly(db: Database, t: T,
+                                                            model: SimulatedModel) -> None:
+    """U+0000 in a file a run reads, in a memory file every run loads, in the model's answer:
+    the run is saved (its state is json, which keeps U+0000 escaped), resumes, and is recorded.
+    (Before: 502 with PostgreSQL's CONTEXT, every later proposing run frozen, the run lost.)"""
+    _sql_file(db, t.id, "/notes/nul.txt", b"before\x00after")
+    _sql_file(db, t.id, MEMORY, b"- likes \x00 tea\n")
+    out = run(t.member, do(("read_file", {"path": "/notes/nul.txt"}),
+                           write("/memories/x.md", "x")))
+    assert out["status"] == "interrupted", out
+    t.owner.post(f"/proposals/{out['proposal']['proposal_id']}/approve", json={})
+    done = t.member.post(f"/runs/{out['run_id']}/resume").json()
+    assert done["status"] == "done" and done["text"].startswith("done: before\x00after | ")
+    assert "- likes \x00 tea" in "".join(b.text for b in model.calls[-1][0].system)
+    assert t.member.get(f"/runs/{out['run_id']}").json()["text"] == done["text"]
+    answer = run(t.member, "say \x00")
+    assert answer["text"] == "(hango-sim) say \x00"
+    assert t.member.get(f"/runs/{answer['run_id']}").json()["text"] == "(hango-sim) say \x00"
+
+
+def test_nul_in_a_reason_or_a_file_is_refused_naming_it(db: Database, t: T) -> None:
+    pid = propose(t)["proposal"]["proposal_id"]
+    for verb, body in (("reject", {"reason": "no\x00"}), ("approve", {"reason": "ok\x00"})):
+        r = t.owner.post(f"/proposals/{pid}/{verb}", json=body)
+        assert r.status_code == 422 and r.json()["detail"].startswith(
+            "reason contains U+0000 (NUL), which cannot be stored"), r.text
+    assert t.owner.get(f"/proposals/{pid}").json()["status"] == "pending"
+    put = t.owner.put("/files/notes/n.txt", content="a\x00b")
+    assert put.status_code == 422 and put.json()["detail"] == (
+        "/notes/n.txt: file contents are text: U+0000 (NUL) at character 1 is not allowed; "
+        "nothing was written")
+    patch = t.owner.put("/files/notes/m.txt", content="m")
+    assert patch.status_code == 201
+    r = t.owner.patch("/files/notes/m.txt", json={"old": "m", "new": "\x00"})
+    assert r.status_code == 422 and "U+0000" in r.json()["detail"]
+    out = run(t.owner, do(write("/memories/n.md", "a\x00b"), write("/notes/o.txt", "\x00")))
+    assert out["status"] == "done" and out["text"].count("U+0000 (NUL)") == 2
+
+
+def test_a_deadlock_that_still_happens_is_409_with_retry_after(db: Database, t: T) -> None:
+    """A write that PostgreSQL picks as a deadlock's victim is answered 409 with Retry-After,
+    saying to send it again, and nothing of PostgreSQL's DETAIL (before: 503 "database
+    unavailable", with the processes and transactions of the DETAIL)."""
+    t.owner.put("/files/notes/a.txt", content="a")
+    caught: list[httpx.Response] = []
+    with psycopg.connect(db.admin_conninfo) as holder:
+        # The lock the file-or-directory trigger takes for /notes/..., held here first.
+        holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                       [f"{t.id}/a1/notes"])
+        writer = threading.Thread(target=lambda: caught.append(
+            t.owner.put("/files/notes/b.txt", content="b")))
+        writer.start()
+        with psycopg.connect(db.admin_conninfo, autocommit=True) as watcher:
+            deadline = time.monotonic() + 60
+            while not watcher.execute("SELECT 1 FROM pg_stat_activity WHERE %s = ANY("
+                                      "pg_blocking_pids(pid))",
+                                      [holder.info.backend_pid]).fetchone():
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        with contextlib.suppress(psycopg.errors.DeadlockDetected):
+            holder.execute("LOCK TABLE agent_files IN ACCESS EXCLUSIVE MODE")  # waits on it
+        holder.rollback()
+        writer.join(60)
+    (answer,) = caught
+    assert answer.status_code == 409, answer.text
+    assert answer.headers["Retry-After"] == "1"
+    assert answer.json() == {"detail": (
+        "the database aborted this request's transaction to resolve a conflict with a "
+        "concurrent one (a deadlock or a serialization failure); nothing was written: send "
+        "it again")}
+    assert t.owner.put("/files/notes/b.txt", content="b").status_code == 201

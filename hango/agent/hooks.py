@@ -64,6 +64,7 @@ class RunContext:
     run_id: str
     allowlist: frozenset[str]
     telemetry: Telemetry
+    started_by: str | None = None  # who started the run ("member:<token fingerprint>"), if known
     # What features measured, keyed by their telemetry attribute names (the catalogue in
     # hango.telemetry): the runtime copies it to every chat span, the log line and the result
     # without knowing a single name, so a new feature never edits the runtime.
@@ -137,10 +138,15 @@ class ModelWrapper(Protocol):
 
 @dataclass(frozen=True)
 class Tool:
-    """A callable tool: its spec (what the model sees) and its function."""
+    """A callable tool: its spec (what the model sees) and its function.
+
+    ``writes_files``: its effect is a write of the agent's files through ``ctx.backend``. A
+    resume then runs it inside the transaction that marks it done, so it happens exactly once.
+    """
 
     spec: ToolSpec
     fn: Callable[[RunContext, dict[str, Any]], str]
+    writes_files: bool = False
 
 
 @runtime_checkable

@@ -8,9 +8,11 @@ file it was made against (none for a new file), and the whole proposed content. 
 inside the run (:mod:`hango.agent.proposing`); this module holds what a proposal is and the
 other half, the decision.
 
-An owner or admin then decides. :func:`approve` writes through the same rule as any API write,
-*against the base version*: if the file changed since, nothing is written and the answer is a
-:class:`ProposalConflict` carrying the fresh diff. :func:`reject` keeps a reason. Who decided,
+An owner or admin then decides. :func:`approve` writes through the one write path
+(:mod:`hango.fs.writes`: the file cap, the tenant's quota, the file-or-directory rule, the text
+rule), in the transaction that records the decision, *against the base version*: if the file
+changed since, nothing is written and the answer is a :class:`ProposalConflict` carrying the
+fresh diff. :func:`reject` keeps a reason. Who decided,
 when and why stay on the row; deciding again the same way returns the first decision, the other
 way is refused. A proposed ``SKILL.md`` is parsed when it is proposed: an invalid one cannot be
 approved, and the view names the ``allowed_tools`` the agent's allowlist would drop.
@@ -23,15 +25,21 @@ prefix asks exactly when a write would outlive the run.
 
 from __future__ import annotations
 
+import base64
 import difflib
+import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ClassVar
 
 from hango.agent.frontmatter import FrontmatterError, parse
 from hango.db import Database
-from hango.errors import HangoError
-from hango.fs.backend import decode_head
+from hango.errors import HangoError, VersionConflict
+from hango.fs import writes
+from hango.fs.backend import PostgresBackend, decode_head
+from hango.fs.listing import InvalidCursor, Page
 from hango.fs.path import PREFIX_SKILLS, check_write
+from hango.settings import Settings
 from hango.telemetry import (
     ATTR_PROPOSAL_ID,
     EVENT_PROPOSAL_DECIDED,
@@ -98,6 +106,8 @@ class Proposal:
     reason: str | None = None
     edited: bool = False
     written_version: int | None = None
+    proposed_by: str | None = None  # who started the run ("member:<token fingerprint>")
+    created_at: str | None = None
 
     def tool_result(self) -> tuple[str, bool]:
         """What the agent reads as its pending call's result, and whether it is an error."""
@@ -112,13 +122,13 @@ class Proposal:
 
 _COLUMNS = ("proposal_id, agent_id, run_id, call_id, path, operation, base_version, content, "
             "skill, status, decided_by, to_char(decided_at AT TIME ZONE 'UTC', "
-            "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), reason, edited, written_version")
+            "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), reason, edited, written_version, proposed_by, "
+            "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
 
 
 def _row(row: Any) -> Proposal:
     return Proposal(row[0], row[1], row[2], row[3], row[4], row[5], row[6],
-                    bytes(row[7]).decode("utf-8"), row[8], row[9], row[10], row[11], row[12],
-                    row[13], row[14])
+                    bytes(row[7]).decode("utf-8"), *row[8:])
 
 
 def unified_diff(path: str, current: str | None, proposed: str) -> str:
@@ -150,28 +160,57 @@ def view(p: Proposal) -> dict[str, Any]:
             "path": p.path, "operation": p.operation, "base_version": p.base_version,
             "content": p.content, "skill": p.skill, "status": p.status,
             "decided_by": p.decided_by, "decided_at": p.decided_at, "reason": p.reason,
-            "edited": p.edited, "written_version": p.written_version}
+            "edited": p.edited, "written_version": p.written_version,
+            "proposed_by": p.proposed_by, "created_at": p.created_at}
 
 
 # --- deciding (an owner or admin) --------------------------------------------------------------
 
 
 def list_proposals(db: Database, tenant_id: str, agent_id: str,
-                   status: str | None = "pending", limit: int = 100) -> list[Proposal]:
+                   status: str | None = "pending", limit: int = 100,
+                   cursor: str | None = None) -> Page[Proposal]:
+    """One page of proposals, oldest first; ``cursor``: the previous page's ``next_cursor``."""
+    after = _after(cursor)
     with db.tenant(tenant_id) as conn:
         rows = conn.execute(
             f"""SELECT {_COLUMNS} FROM proposals
                  WHERE tenant_id = %s AND agent_id = %s AND (%s::text IS NULL OR status = %s)
+                   AND (%s::timestamptz IS NULL
+                        OR (created_at, proposal_id) > (%s::timestamptz, %s::text))
                  ORDER BY created_at, proposal_id LIMIT %s""",
-            [tenant_id, agent_id, status, status, limit]).fetchall()
-    return [_row(r) for r in rows]
+            [tenant_id, agent_id, status, status, after[0], after[0], after[1],
+             limit + 1]).fetchall()
+    found = [_row(r) for r in rows[:limit]]
+    more = len(rows) > limit
+    return Page(found, _cursor(found[-1]) if more else None)
+
+
+def _cursor(last: Proposal) -> str:
+    text = json.dumps([last.created_at, last.proposal_id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _after(cursor: str | None) -> tuple[str | None, str | None]:
+    if cursor is None:
+        return None, None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created, proposal_id = json.loads(base64.urlsafe_b64decode(padded))
+        if not (isinstance(created, str) and isinstance(proposal_id, str)):
+            raise ValueError
+        datetime.fromisoformat(created)
+    except (ValueError, TypeError):  # binascii.Error and json.JSONDecodeError are ValueErrors
+        raise InvalidCursor(f"invalid cursor {cursor[:40]!r}: pass back the next_cursor of "
+                            "the previous page unchanged") from None
+    return created, proposal_id
 
 
 def get(db: Database, tenant_id: str, agent_id: str, proposal_id: str) -> tuple[Proposal, str]:
     """A proposal and its unified diff against the file as it is *now*."""
     with db.tenant(tenant_id) as conn:
         proposal = _fetch(conn, tenant_id, agent_id, proposal_id, lock=False)
-        current, _ = _current(conn, tenant_id, agent_id, proposal.path, lock=False)
+        current = _current(conn, tenant_id, agent_id, proposal.path)
     return proposal, unified_diff(proposal.path, current, proposal.content)
 
 
@@ -186,24 +225,26 @@ def _fetch(conn: Any, tenant_id: str, agent_id: str, proposal_id: str, *,
     return _row(row)
 
 
-def _current(conn: Any, tenant_id: str, agent_id: str, path: str, *,
-             lock: bool) -> tuple[str | None, int | None]:
-    row = conn.execute(
-        "SELECT content, version FROM agent_files WHERE tenant_id = %s AND agent_id = %s "
-        f"AND path = %s{' FOR UPDATE' if lock else ''}", [tenant_id, agent_id, path]).fetchone()
-    return (None, None) if row is None else (decode_head(bytes(row[0]), len(row[0])), int(row[1]))
+def _current(conn: Any, tenant_id: str, agent_id: str, path: str) -> str | None:
+    """The file as it is now (for a diff); ``None``: there is none."""
+    row = conn.execute("SELECT content FROM agent_files WHERE tenant_id = %s AND agent_id = %s "
+                       "AND path = %s", [tenant_id, agent_id, path]).fetchone()
+    return None if row is None else decode_head(bytes(row[0]), len(row[0]))
 
 
 def approve(db: Database, tenant_id: str, agent_id: str, proposal_id: str, *, by: str,
             role: str, content: str | None = None, base_version: int | None = None,
             reason: str | None = None, allowlist: frozenset[str] = frozenset(),
-            max_bytes: int = 1024 * 1024, telemetry: Telemetry | None = None) -> Proposal:
+            settings: Settings | None = None, telemetry: Telemetry | None = None) -> Proposal:
     """Write the proposal (or ``content``, the owner's edit) against its base version.
 
     ``base_version`` re-bases an approval on the version a :class:`ProposalConflict` showed.
-    One transaction: the file write and the decision commit together or not at all.
+    One transaction: the file is written through :func:`hango.fs.writes.write` (every rule of a
+    write applies, with ``settings``' caps and quotas), and the decision commits with it or not
+    at all.
     """
     tel = telemetry or Telemetry()
+    check_reason(reason)
     with db.tenant(tenant_id) as conn:
         p = _fetch(conn, tenant_id, agent_id, proposal_id, lock=True)
         if p.status != "pending":
@@ -213,37 +254,24 @@ def approve(db: Database, tenant_id: str, agent_id: str, proposal_id: str, *, by
                                  f"{p.decided_by} at {p.decided_at}; nothing changed")
         check_write(p.path, role)  # the same rule as any API write (a member: refused)
         final = p.content if content is None else content
-        if len(final.encode("utf-8")) > max_bytes:
-            raise ProposalInvalid(f"{p.path}: {len(final.encode('utf-8'))} bytes is over the "
-                                  f"file cap of {max_bytes} bytes; nothing was written")
         skill = check_skill(p.path, final, allowlist)
         if skill is not None and "error" in skill:
             raise ProposalInvalid(f"{p.path} is not a valid SKILL.md, so it cannot be approved "
                                   f"(edit it or reject): {skill['error']}")
-        current, version = _current(conn, tenant_id, agent_id, p.path, lock=True)
         base = p.base_version if base_version is None else base_version
-        if version != base:
+        files = PostgresBackend(db, tenant_id, agent_id, settings).within(conn)
+        try:  # if_version=0: only if the file still does not exist
+            version = writes.write(files, p.path, final, if_version=base or 0)
+        except VersionConflict as exc:
             tel.record_proposal("conflict")
-            raise ProposalConflict(p, version, unified_diff(p.path, current, final))
-        data = final.encode("utf-8")
-        if version is None:
-            row = conn.execute(
-                """INSERT INTO agent_files (tenant_id, agent_id, path, content, size)
-                   VALUES (%s, %s, %s, %s, %s) RETURNING version""",
-                [tenant_id, agent_id, p.path, data, len(data)]).fetchone()
-        else:
-            row = conn.execute(
-                """UPDATE agent_files SET content = %s, size = %s, version = version + 1,
-                          updated_at = now()
-                    WHERE tenant_id = %s AND agent_id = %s AND path = %s RETURNING version""",
-                [data, len(data), tenant_id, agent_id, p.path]).fetchone()
-        assert row is not None
+            current = _current(conn, tenant_id, agent_id, p.path)
+            raise ProposalConflict(p, exc.actual, unified_diff(p.path, current, final)) from None
         edited = content is not None and content != p.content
         conn.execute(
             """UPDATE proposals SET status = 'approved', decided_by = %s, decided_at = now(),
                       reason = %s, edited = %s, written_version = %s
                 WHERE tenant_id = %s AND proposal_id = %s""",
-            [by, reason, edited, row[0], tenant_id, proposal_id])
+            [by, reason, edited, version, tenant_id, proposal_id])
         decided = _fetch(conn, tenant_id, agent_id, proposal_id, lock=False)
     outcome = "approved_with_edits" if edited else "approved"
     tel.record_proposal(outcome)
@@ -251,11 +279,19 @@ def approve(db: Database, tenant_id: str, agent_id: str, proposal_id: str, *, by
     return decided
 
 
+def check_reason(reason: str | None) -> None:
+    """A reason is kept in a text column, which cannot hold U+0000: refused, naming it."""
+    if reason is not None and "\x00" in reason:
+        raise ProposalError("reason contains U+0000 (NUL), which cannot be stored; nothing "
+                            "was decided")
+
+
 def reject(db: Database, tenant_id: str, agent_id: str, proposal_id: str, *, by: str,
            role: str, reason: str, telemetry: Telemetry | None = None) -> Proposal:
     """Decide no, with a reason the agent will read. Nothing is written."""
     if not reason.strip():
         raise ProposalError("a rejection needs a reason (the agent reads it)")
+    check_reason(reason)
     tel = telemetry or Telemetry()
     with db.tenant(tenant_id) as conn:
         p = _fetch(conn, tenant_id, agent_id, proposal_id, lock=True)

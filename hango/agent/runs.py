@@ -4,7 +4,8 @@ A run that stops ``interrupted`` saves what resume needs in the ``runs`` table (
 the messages so far, the system blocks and breakpoints of its last request (so the resumed
 request's prefix is byte-identical, and the provider reads it from the cache), the pending tool
 call with the calls of the same turn, and a digest of the agent's config. Any process can resume
-it; a claim (``status = 'resuming'``) makes sure only one does.
+it; a claim makes sure only one does at a time, and each saved call runs once
+(:mod:`hango.agent.resuming`).
 
 A run over HTTP also records how it ended (``done`` or ``failed``), so ``GET`` can show it.
 """
@@ -12,12 +13,14 @@ A run over HTTP also records how it ended (``done`` or ``failed``), so ``GET`` c
 from __future__ import annotations
 
 import hashlib
+import random
+import time
 from dataclasses import asdict
 from typing import Any, ClassVar, Protocol
 
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Json
 
-from hango.db import Database
+from hango.db import Contention, Database
 from hango.errors import HangoError
 from hango.models.base import (
     Block,
@@ -29,7 +32,7 @@ from hango.models.base import (
     Usage,
 )
 
-CLAIM_SECONDS = 600  # a resume that died (its process killed) frees its claim after this long
+RETRIES = 3  # tries of the transaction that saves an interrupted run, if PostgreSQL aborts it
 
 
 class RunError(HangoError, RuntimeError):
@@ -47,6 +50,15 @@ class RunNotFound(RunError, LookupError):
 
 class RunConflict(RunError):
     """Resume raced another resume, or the run waits for a decision, or it has ended."""
+
+
+class LeaseLost(RunConflict):
+    """This resume's claim expired or was released: what it marked done is kept, no more."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id}: this resume's claim expired or was released, so it "
+                         "stopped; each call it marked done is kept and will not run again. "
+                         "GET the run to see its state, and resume it again")
 
 
 def digest(config_json: str, model: str) -> str:
@@ -96,14 +108,18 @@ def breakpoints_from_json(items: list[dict[str, Any]]) -> tuple[Breakpoint, ...]
 
 
 def snapshot(messages: list[Message], frozen: tuple[tuple[Block, ...], tuple[Breakpoint, ...]],
-             config_digest: str, steps: int, proposal_id: str | None,
-             done: list[ToolResult], pending: ToolCall, rest: list[ToolCall]) -> dict[str, Any]:
+             config_digest: str, steps: int, proposal_id: str | None, started_by: str | None,
+             done: list[ToolResult], pending: ToolCall | None,
+             rest: list[ToolCall]) -> dict[str, Any]:
     """What resume needs, as JSON: the conversation, the system blocks and breakpoints to keep,
-    and the interrupted turn (results so far, the pending call, the calls after it)."""
+    and the turn (results so far, the call waiting for a decision if any, the calls after it).
+    A string may hold U+0000: the ``runs`` columns are json, which keeps it escaped."""
     return {"messages": [message_to_json(m) for m in messages],
             "system": blocks_to_json(frozen[0]), "breakpoints": breakpoints_to_json(frozen[1]),
             "digest": config_digest, "steps": steps, "proposal_id": proposal_id,
-            "turn": {"done": [asdict(r) for r in done], "pending": call_to_json(pending),
+            "started_by": started_by,
+            "turn": {"done": [asdict(r) for r in done],
+                     "pending": None if pending is None else call_to_json(pending),
                      "rest": [call_to_json(c) for c in rest]}}
 
 
@@ -141,67 +157,66 @@ def summary(result: _Outcome, saved: dict[str, Any] | None = None) -> dict[str, 
 
 def save(conn: Any, tenant_id: str, agent_id: str, run_id: str, status: str,
          state: dict[str, Any] | None, result: dict[str, Any],
-         proposal_id: str | None = None) -> None:
-    """Insert or replace a run's row (inside the caller's transaction)."""
-    conn.execute(
+         proposal_id: str | None = None, lease: str | None = None) -> None:
+    """Insert or replace a run's row (inside the caller's transaction). ``lease``: the claim
+    token of the resume saving it; :class:`LeaseLost` when it no longer holds the run."""
+    row = conn.execute(
         """INSERT INTO runs (tenant_id, agent_id, run_id, status, state, result, proposal_id)
-           VALUES (%s, %s, %s, %s, %s, %s, %s)
+           VALUES (%(t)s, %(a)s, %(r)s, %(s)s, %(state)s, %(result)s, %(p)s)
            ON CONFLICT (tenant_id, run_id) DO UPDATE
               SET status = EXCLUDED.status, state = EXCLUDED.state, result = EXCLUDED.result,
-                  proposal_id = EXCLUDED.proposal_id, claimed_at = NULL, updated_at = now()""",
-        [tenant_id, agent_id, run_id, status, None if state is None else Jsonb(state),
-         Jsonb(result), proposal_id])
+                  proposal_id = EXCLUDED.proposal_id, claimed_at = NULL, claim_token = NULL,
+                  claim_expires_at = NULL, updated_at = now()
+            WHERE %(lease)s::text IS NULL OR runs.claim_token = %(lease)s
+        RETURNING 1""",
+        {"t": tenant_id, "a": agent_id, "r": run_id, "s": status, "p": proposal_id,
+         "state": None if state is None else Json(state), "result": Json(result),
+         "lease": lease}).fetchone()
+    if row is None:
+        raise LeaseLost(run_id)
+    if lease is not None:  # its calls are in the state now, or the run has ended
+        conn.execute("DELETE FROM run_calls WHERE tenant_id = %s AND run_id = %s",
+                     [tenant_id, run_id])
+
+
+def pause(db: Database, tenant_id: str, agent_id: str, run_id: str, state: dict[str, Any],
+          proposal_id: str | None, persist: Any, lease: str | None = None) -> None:
+    """Save an interrupted run and what it waits for (``persist(conn, run_id)``: its proposal)
+    in one transaction. A transaction PostgreSQL aborted to break a deadlock or a serialization
+    failure (:class:`~hango.db.Contention`: nothing of it was kept) is tried again."""
+    for attempt in range(1, RETRIES + 1):
+        try:
+            with db.tenant(tenant_id) as conn:
+                save(conn, tenant_id, agent_id, run_id, "interrupted", state, {}, proposal_id,
+                     lease)  # the summary: set once the run has stopped
+                if persist is not None:
+                    persist(conn, run_id)
+            return
+        except Contention:
+            if attempt == RETRIES:
+                raise
+            time.sleep(random.uniform(0, 0.05 * attempt))  # apart, so they do not meet again
 
 
 def set_result(conn: Any, tenant_id: str, run_id: str, result: dict[str, Any]) -> None:
     conn.execute("UPDATE runs SET result = %s, updated_at = now() WHERE tenant_id = %s "
-                 "AND run_id = %s", [Jsonb(result), tenant_id, run_id])
+                 "AND run_id = %s", [Json(result), tenant_id, run_id])
+
+
+EXPIRES = "to_char(claim_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
 
 
 def load(db: Database, tenant_id: str, run_id: str) -> dict[str, Any]:
     """A run's row as a dict; :class:`RunNotFound` if this tenant has no such run."""
     with db.tenant(tenant_id) as conn:
         row = conn.execute(
-            """SELECT agent_id, status, result, proposal_id FROM runs
+            f"""SELECT agent_id, status, result, proposal_id,
+                       CASE WHEN status = 'resuming' THEN {EXPIRES} END FROM runs
                 WHERE tenant_id = %s AND run_id = %s""", [tenant_id, run_id]).fetchone()
     if row is None:
         raise RunNotFound(run_id)
     return {"run_id": run_id, "agent_id": row[0], "status": row[1], "result": row[2],
-            "proposal_id": row[3]}
-
-
-def claim(db: Database, tenant_id: str, agent_id: str, run_id: str) -> dict[str, Any]:
-    """Take an interrupted run for resuming and return its state; exactly one caller wins.
-
-    The row is locked while it is checked and marked ``resuming``, so of two resumes at the
-    same moment one gets the state and the other a :class:`RunConflict` saying so. A run whose
-    proposal is still pending, or that has ended, is refused the same way; nothing changes.
-    """
-    with db.tenant(tenant_id) as conn:
-        row = conn.execute(
-            """SELECT r.status, r.state, r.proposal_id, p.status,
-                      r.claimed_at < now() - make_interval(secs => %s), r.result
-                 FROM runs r LEFT JOIN proposals p
-                   ON p.tenant_id = r.tenant_id AND p.proposal_id = r.proposal_id
-                WHERE r.tenant_id = %s AND r.agent_id = %s AND r.run_id = %s
-                  FOR UPDATE OF r""",
-            [CLAIM_SECONDS, tenant_id, agent_id, run_id]).fetchone()
-        if row is None:
-            raise RunNotFound(run_id)
-        status, state, proposal_id, decision, stale, result = row
-        if status == "resuming" and not stale:
-            raise RunConflict(f"run {run_id} is already being resumed by another request; "
-                              f"GET it to see how it ends")
-        if status not in ("interrupted", "resuming"):
-            raise not_resumable(run_id, status, result)
-        if decision == "pending":
-            raise RunConflict(f"run {run_id} waits for proposal {proposal_id}, which is still "
-                              "pending: an owner or admin must approve or reject it first")
-        conn.execute("""UPDATE runs SET status = 'resuming', claimed_at = now(),
-                               updated_at = now()
-                         WHERE tenant_id = %s AND run_id = %s""", [tenant_id, run_id])
-    assert isinstance(state, dict)
-    return state
+            "proposal_id": row[3], "claim_expires_at": row[4]}
 
 
 def not_resumable(run_id: str, status: str, result: dict[str, Any] | None) -> RunConflict:
@@ -214,11 +229,3 @@ def not_resumable(run_id: str, status: str, result: dict[str, Any] | None) -> Ru
                            "waiting for a decision, so there is nothing to resume; start a new "
                            "run instead")
     return RunConflict(f"run {run_id} is {status}, not interrupted: there is nothing to resume")
-
-
-def release(db: Database, tenant_id: str, run_id: str) -> None:
-    """Give a claimed run back (its resume failed before it could save anything)."""
-    with db.tenant(tenant_id) as conn:
-        conn.execute("""UPDATE runs SET status = 'interrupted', claimed_at = NULL
-                         WHERE tenant_id = %s AND run_id = %s AND status = 'resuming'""",
-                     [tenant_id, run_id])

@@ -20,6 +20,8 @@ prefix does): the call is not executed, the run's state is saved in PostgreSQL (
 the run returns ``interrupted``. :meth:`Agent.resume` continues it in any process: the pending
 call gets the decision as its result, and every request after that keeps the system blocks of
 the interrupted one, so its prefix is byte-identical and the provider reads it from the cache.
+A resume runs each saved call once (:mod:`hango.agent.resuming` says what exactly once means); a
+run that is never interrupted pays nothing for that.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from opentelemetry import trace
 
-from hango.agent import proposals, runs
+from hango.agent import resuming, runs
 from hango.agent.hooks import AttributeValue, Event, Interrupt, RunContext, Tool
 from hango.agent.stack import Stack, default_stack
 from hango.agents import AgentConfig, load_agent
@@ -42,6 +45,7 @@ from hango.fs.backend import PostgresBackend
 from hango.models.base import (
     Block,
     Breakpoint,
+    InvalidRequest,
     Message,
     Model,
     ModelError,
@@ -52,13 +56,7 @@ from hango.models.base import (
     Usage,
 )
 from hango.settings import Settings, get_settings
-from hango.telemetry import (
-    EVENT_RUN_INTERRUPTED,
-    EVENT_RUN_RESUMED,
-    SPAN_BEFORE_RUN,
-    Telemetry,
-    published,
-)
+from hango.telemetry import EVENT_RUN_INTERRUPTED, EVENT_RUN_RESUMED, SPAN_BEFORE_RUN, Telemetry, published
 
 __all__ = ["Agent", "RunResult", "default_stack"]
 STATUS = {"final": "done", "interrupted": "interrupted"}  # any other stop reason: "failed"
@@ -130,6 +128,7 @@ class Agent:
         extra_tools: Sequence[Tool] = (),
         run_ids: Callable[[], str] | None = None,
         lineage: tuple[str, ...] = (),
+        started_by: str | None = None,
     ) -> None:
         self.db = db
         self.tenant_id = tenant_id
@@ -143,6 +142,7 @@ class Agent:
         self._stack_builder = stack or default_stack
         self._run_ids = run_ids or (lambda: uuid.uuid4().hex[:16])
         self.lineage = lineage  # the agents whose task calls led here, outermost first
+        self.started_by = started_by  # who starts its runs ("member:<token fingerprint>")
 
     def load_config(self) -> AgentConfig:
         """The agent's config with the tenant defaults resolved (``reserved_writes``)."""
@@ -170,28 +170,28 @@ class Agent:
         was already resumed or another resume holds it, and :class:`~hango.agent.runs.RunError`
         when the agent's config (or the model) changed since: nothing is run then.
         """
-        state = runs.claim(self.db, self.tenant_id, self.agent_id, run_id)
-        try:
-            config = self.load_config()
-            if state["digest"] != runs.digest(config.model_dump_json(), self.model.name):
-                raise runs.RunError(
-                    f"run {run_id}: the agent's config or model changed since the run was "
-                    "interrupted, so its conversation no longer matches; nothing was run. "
-                    "Restore the config, or start a new run")
-            messages = [runs.message_from_json(m) for m in state["messages"]]
-            return self._segment(config, run_id, messages, state, True)
-        except BaseException:
-            with contextlib.suppress(DatabaseError):  # else the claim expires by itself
-                runs.release(self.db, self.tenant_id, run_id)
-            raise
+        lease = resuming.claim(self.db, self.tenant_id, self.agent_id, run_id,
+                             self.settings.run_lease_seconds)
+        with lease:  # renewed while this resume runs
+            try:
+                config = self.load_config()
+                messages = resuming.conversation(lease, runs.digest(config.model_dump_json(),
+                                                                    self.model.name))
+                return self._segment(config, run_id, messages, lease, True)
+            except BaseException:  # resumable again, from after its last call marked done
+                with contextlib.suppress(DatabaseError):  # else the claim expires by itself
+                    resuming.release(self.db, self.tenant_id, run_id, lease.token)
+                raise
 
     def _segment(self, config: AgentConfig, run_id: str, messages: list[Message],
-                 saved: dict[str, Any] | None, record: bool) -> RunResult:
+                 lease: resuming.Lease | None, record: bool) -> RunResult:
         stack = self._stack_builder(self)
+        saved = None if lease is None else lease.state
         ctx = RunContext(
             tenant_id=self.tenant_id, agent_id=self.agent_id, config=config,
             backend=PostgresBackend(self.db, self.tenant_id, self.agent_id),
             run_id=run_id, allowlist=frozenset(config.tools), telemetry=self.telemetry,
+            started_by=self.started_by if saved is None else saved.get("started_by"),
         )
         tel = self.telemetry
         ids = {"tenant_id": self.tenant_id, "agent_id": self.agent_id, "run_id": ctx.run_id}
@@ -202,7 +202,7 @@ class Agent:
                 stack.before_run(ctx)
             if saved is not None:
                 ctx.event(EVENT_RUN_RESUMED, run_id=run_id)
-            result = self._loop(ctx, stack, config, messages, saved)
+            result = self._loop(ctx, stack, config, messages, lease)
             context = span.get_span_context()
             result.trace_id = trace.format_trace_id(context.trace_id) if context.is_valid else ""
             tel.finish_run(span, **ids, status=result.status, read_ratio=result.usage.read_ratio,
@@ -210,25 +210,32 @@ class Agent:
         if result.status == "interrupted":
             with self.db.tenant(self.tenant_id) as conn:
                 runs.set_result(conn, self.tenant_id, run_id, runs.summary(result, saved))
-        elif record or saved is not None:
+        elif record or lease is not None:
             with self.db.tenant(self.tenant_id) as conn:
                 runs.save(conn, self.tenant_id, self.agent_id, run_id, result.status, None,
-                          runs.summary(result, saved))
+                          runs.summary(result, saved), lease=resuming.token(lease))
         return result
 
     def _loop(self, ctx: RunContext, stack: Stack, config: AgentConfig,
-              messages: list[Message], saved: dict[str, Any] | None) -> RunResult:
+              messages: list[Message], lease: resuming.Lease | None) -> RunResult:
         tools = {**stack.tools(ctx), **{t.spec.name: t for t in self.extra_tools}}
         tools = dict(sorted(tools.items()))
         result = RunResult("", ctx.run_id, "max_steps", messages, warnings=ctx.warnings,
                            events=ctx.events, attributes=ctx.attributes)
-        steps = 0 if saved is None else int(saved["steps"])
+        steps = 0 if lease is None else int(lease.state["steps"])
         frozen: tuple[tuple[Block, ...], tuple[Breakpoint, ...]] | None = None
         deadline = time.monotonic() + self.settings.run_max_seconds
 
         def innermost(request: Request) -> Response:
             with self.telemetry.chat_span(request, self.model.provider) as span:
-                response = self.model.complete(request)
+                try:
+                    response = self.model.complete(request)
+                except (ModelError, InvalidRequest):  # refused before the wire: as it is
+                    raise
+                except Exception as exc:  # any other failure of the call: its first line only
+                    line = (str(exc).strip().splitlines() or [""])[0][:300]
+                    raise ModelError(f"the model {self.model.name} failed: "
+                                     f"{type(exc).__name__}: {line}") from exc
                 self.telemetry.record_chat(span, response, model=request.model,
                                            attributes=ctx.attributes,
                                            provider=self.model.provider, request=request)
@@ -237,17 +244,10 @@ class Agent:
             return response
 
         try:
-            if saved is not None:
-                frozen = (runs.blocks_from_json(saved["system"]),
-                          runs.breakpoints_from_json(saved["breakpoints"]))
-                self._replay(ctx, stack, messages)
-                turn = saved["turn"]
-                text, is_error = proposals.result_for(self.db, self.tenant_id, self.agent_id,
-                                                      saved["proposal_id"])
-                done = [*map(runs.result_from_json, turn["done"]),
-                        ToolResult(turn["pending"]["id"], text, is_error)]
-                self._tools(ctx, stack, tools, messages, done,
-                            [runs.call_from_json(c) for c in turn["rest"]], frozen, steps)
+            if lease is not None:  # the saved turn: its decided call, then the calls not done
+                frozen, done, rest = resuming.saved_turn(lease)
+                resuming.replay(ctx, stack, messages, done)
+                self._tools(ctx, stack, tools, messages, done, rest, frozen, steps, lease)
             while True:
                 if steps >= config.max_steps:
                     break
@@ -263,20 +263,23 @@ class Agent:
                     request = replace(request, system=frozen[0], breakpoints=frozen[1])
                 try:
                     response = stack.call_model(ctx, request, innermost)
-                except ModelError as exc:
-                    if saved is not None:
-                        raise  # a resume that meets it stays interrupted, resumable again
-                    result.stop_reason = "model_error"  # failed; the runs table keeps the outcome
+                except ModelError as exc:  # a resume re-raises it: it stays resumable
+                    if lease is not None:
+                        raise
+                    result.stop_reason = "model_error"  # failed; the runs table keeps it
                     ctx.warn(str(exc))
                     break
                 steps += 1
-                messages.append(Message("assistant", response.text,
-                                        tool_calls=response.tool_calls))
+                messages.append(Message("assistant", response.text, tool_calls=response.tool_calls))
                 if not response.tool_calls:
                     result.text, result.stop_reason = response.text, "final"
                     break
-                self._tools(ctx, stack, tools, messages, [], list(response.tool_calls),
-                            frozen, steps)
+                calls = list(response.tool_calls)
+                if lease is not None:  # a resumed run saves each turn before its calls run
+                    lease.checkpoint(runs.snapshot(
+                        messages, frozen, self._digest(ctx), steps,
+                        lease.state["proposal_id"], ctx.started_by, [], None, calls))
+                self._tools(ctx, stack, tools, messages, [], calls, frozen, steps, lease)
         except _Paused as paused:
             result.stop_reason = "interrupted"
             result.interrupt = paused.interrupt.payload
@@ -284,43 +287,36 @@ class Agent:
             result.text = next((m.text for m in reversed(messages) if m.role == "assistant"), "")
         return result
 
+    def _digest(self, ctx: RunContext) -> str:
+        return runs.digest(ctx.config.model_dump_json(), self.model.name)
+
     def _tools(self, ctx: RunContext, stack: Stack, tools: dict[str, Tool],
                messages: list[Message], done: list[ToolResult], calls: list[ToolCall],
                frozen: tuple[tuple[Block, ...], tuple[Breakpoint, ...]] | None,
-               steps: int) -> None:
-        """Run a turn's calls in order; an interrupt saves the run and stops it (``_Paused``)."""
+               steps: int, lease: resuming.Lease | None) -> None:
+        """Run a turn's calls in order (with a lease: the saved calls, each once); an interrupt
+        saves the run and stops it (``_Paused``)."""
         results = list(done)
         for i, call in enumerate(calls):
             try:
-                results.append(self._run_tool(ctx, stack, tools, call))
+                run = partial(self._run_tool, ctx, stack, tools, call)
+                tool = tools.get(call.name)
+                results.append(run() if lease is None else resuming.run_once(
+                    ctx, lease, tool is not None and tool.writes_files, run))
             except Interrupt as interrupt:
                 assert frozen is not None
-                state = runs.snapshot(
-                    messages, frozen, runs.digest(ctx.config.model_dump_json(), self.model.name),
-                    steps, interrupt.payload.get("proposal_id"), results, call, calls[i + 1:])
+                proposal_id = interrupt.payload.get("proposal_id")
+                state = runs.snapshot(messages, frozen, self._digest(ctx), steps, proposal_id,
+                                      ctx.started_by, results, call, calls[i + 1:])
                 try:
-                    with self.db.tenant(self.tenant_id) as conn:
-                        runs.save(conn, self.tenant_id, self.agent_id, ctx.run_id,
-                                  "interrupted", state, {},  # the summary: set once stopped
-                                  interrupt.payload.get("proposal_id"))
-                        if interrupt.persist is not None:
-                            interrupt.persist(conn, ctx.run_id)
+                    runs.pause(self.db, self.tenant_id, self.agent_id, ctx.run_id, state,
+                               proposal_id, interrupt.persist, resuming.token(lease))
                 except ValueError as exc:  # e.g. too many pending proposals: the model's to read
                     results.append(ToolResult(call.id, f"error: {exc}", is_error=True))
                     continue
                 ctx.event(EVENT_RUN_INTERRUPTED, kind=interrupt.kind)
                 raise _Paused(interrupt) from None
         messages.append(Message("user", tool_results=tuple(results)))
-
-    def _replay(self, ctx: RunContext, stack: Stack, messages: Sequence[Message]) -> None:
-        """Pass the calls made before the interrupt through the tool wrappers again with their
-        recorded results, so a wrapper's state (what it narrowed) is what it was. Nothing runs."""
-        recorded = {r.call_id: r for m in messages for r in m.tool_results}
-        for m in messages:
-            for call in m.tool_calls:
-                if call.id in recorded:
-                    with contextlib.suppress(Interrupt):
-                        stack.call_tool(ctx, call, lambda c: recorded[c.id])
 
     def _run_tool(self, ctx: RunContext, stack: Stack, tools: dict[str, Tool],
                   call: ToolCall) -> ToolResult:
@@ -346,7 +342,8 @@ class Agent:
         return Agent(self.db, self.tenant_id, agent_id,
                      self.child_models.get(agent_id, self.model), stack=self._stack_builder,
                      telemetry=self.telemetry, settings=self.settings,
-                     child_models=self.child_models, run_ids=self._run_ids, lineage=lineage)
+                     child_models=self.child_models, run_ids=self._run_ids, lineage=lineage,
+                     started_by=self.started_by)
 
 
 def _execute(ctx: RunContext, tool: Tool, call: ToolCall) -> ToolResult:

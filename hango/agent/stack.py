@@ -142,8 +142,9 @@ def default_stack(agent: AgentLike) -> DefaultStack:
         skills=SkillsMiddleware(max_skills=s.skills_max,
                                 default_sources=[clean_dir(d) for d in s.skills_default_sources],
                                 index_max_bytes=s.skills_index_max_bytes),
-        filesystem=FilesystemMiddleware(max_pending=s.proposals_max_pending,
-                                        max_bytes=s.max_file_bytes),
+        filesystem=FilesystemMiddleware(
+            max_pending=s.proposals_max_pending, max_bytes=s.max_file_bytes,
+            max_pending_per_member=s.proposals_max_pending_per_member),
         subagents=SubagentMiddleware(agent, max_depth=s.subagent_max_depth),
         prompt_cache=PromptCache(prefix_ttl=s.cache_prefix_ttl),
         memory=MemoryMiddleware(max_bytes=s.memory_max_bytes,

@@ -8,6 +8,7 @@ refused by :func:`hango.fs.path.check_write`, the same rule the files API calls.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from hango.agent.hooks import RunContext, Tool, ToolCallNext
@@ -83,9 +84,11 @@ FILESYSTEM_TOOLS: tuple[Tool, ...] = (
     Tool(_spec("read_file", "Read a file of your filesystem by absolute path.", path="string"),
          read_file),
     Tool(_spec("write_file", "Create or replace a file. /memories/ and /skills/ are read-only "
-               "for the agent.", path="string", content="string"), write_file),
+               "for the agent.", path="string", content="string"), write_file,
+         writes_files=True),
     Tool(_spec("edit_file", "Replace an exact, unique piece of text in a file.", path="string",
-               old_string="string", new_string="string", replace_all_opt="boolean"), edit_file),
+               old_string="string", new_string="string", replace_all_opt="boolean"), edit_file,
+         writes_files=True),
     Tool(_spec("ls", "List a directory.", path_opt="string"), ls),
     Tool(_spec("glob", "Find files by pattern, e.g. /skills/**/SKILL.md.", pattern="string"),
          glob),
@@ -106,15 +109,18 @@ class FilesystemMiddleware:
 
     name = "filesystem"
 
-    def __init__(self, max_pending: int = 20, max_bytes: int = 1024 * 1024) -> None:
+    def __init__(self, max_pending: int = 20, max_bytes: int = 1024 * 1024,
+                 max_pending_per_member: int = 5) -> None:
         self.max_pending = max_pending
         self.max_bytes = max_bytes
+        self.max_pending_per_member = max_pending_per_member
 
     def tools(self, ctx: RunContext) -> Sequence[Tool]:
         if ctx.config.reserved_writes != "ask":
             return FILESYSTEM_TOOLS
-        return tuple(Tool(ToolSpec(t.spec.name, t.spec.description + ASK_NOTE, t.spec.parameters),
-                          t.fn) if t.spec.name in ("write_file", "edit_file") else t
+        return tuple(replace(t, spec=ToolSpec(t.spec.name, t.spec.description + ASK_NOTE,
+                                              t.spec.parameters))
+                     if t.spec.name in ("write_file", "edit_file") else t
                      for t in FILESYSTEM_TOOLS)
 
     def wrap_tool_call(self, ctx: RunContext, call: ToolCall, call_next: ToolCallNext) -> ToolResult:
@@ -126,7 +132,8 @@ class FilesystemMiddleware:
             except ApprovalRequired as exc:
                 try:
                     raise propose(ctx, call, exc.path, max_bytes=self.max_bytes,
-                                  max_pending=self.max_pending) from None
+                                  max_pending=self.max_pending,
+                                  max_pending_per_member=self.max_pending_per_member) from None
                 except (ValueError, LookupError) as error:  # the model's to read and fix
                     return ToolResult(call.id, f"error: {error}", is_error=True)
             except ValueError:

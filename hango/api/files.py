@@ -44,13 +44,18 @@ class Listing(BaseModel):
         default=None, description="Pass as ?cursor= for the next page; null on the last page.")
 
 
+TEXT_SHAPE = r"^[^\x00]*$"  # file contents are text: no U+0000 (hango.fs.writes.text_bytes)
+
+
 class EditBody(BaseModel):
     """Replace the exact text ``old`` (which must occur once, unless ``replace_all``) by ``new``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    old: str = Field(min_length=1, description="Exact text to replace; must be non-empty.")
-    new: str = Field(description="Replacement text (may be empty).")
+    old: str = Field(min_length=1, description="Exact text to replace; must be non-empty.",
+                     json_schema_extra={"pattern": TEXT_SHAPE})
+    new: str = Field(description="Replacement text (may be empty).",
+                     json_schema_extra={"pattern": TEXT_SHAPE})
     replace_all: bool = Field(default=False, description="Replace every occurrence.")
 
 
@@ -175,7 +180,7 @@ async def _read_text(request: Request, path: str, cap: int) -> str:
     response_model=FileVersion,
     openapi_extra={"requestBody": {"required": False, "description": "The whole new content "
                    "as UTF-8 text; no body writes an empty file.", "content": {
-        "text/plain": {"schema": {"type": "string"}}}}},
+        "text/plain": {"schema": {"type": "string", "pattern": TEXT_SHAPE}}}}},
     responses={200: {"description": "Replaced.", "headers": _ETAG},
                201: {"model": FileVersion, "description": "Created.", "headers": _ETAG},
                **_errors(403, 404, 409, 412, 413)},

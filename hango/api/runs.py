@@ -8,12 +8,19 @@
   trace id.
 - ``GET /v1/agents/{agent}/runs/{run}`` shows how a run ended (or what it waits for).
 - ``POST /v1/agents/{agent}/runs/{run}/resume`` continues an interrupted run once its proposal
-  is decided. Two resumes at once: one runs, the other gets 409.
-- ``GET /v1/agents/{agent}/proposals`` (``?status=pending|approved|rejected|all``),
-  ``GET .../proposals/{id}`` (with a unified diff against the file as it is now),
+  is decided. Two resumes at once: one runs, the other gets 409 saying when its claim expires.
+  Each saved call runs once (:mod:`hango.agent.resuming`).
+- ``POST /v1/agents/{agent}/runs/{run}/release`` frees the claim of a resume that died (owners
+  and admins), so the run can be resumed at once instead of when the claim expires.
+- ``GET /v1/agents/{agent}/proposals`` (``?status=pending|approved|rejected|all``, ``?limit=``,
+  ``?cursor=``: oldest first, in pages), ``GET .../proposals/{id}`` (with a unified diff against
+  the file as it is now),
   ``POST .../proposals/{id}/approve`` ``{"content"?, "base_version"?, "reason"?}`` and
   ``POST .../proposals/{id}/reject`` ``{"reason"}``: owners and admins only (a member: 403;
   another tenant's agent: 404). A conflict (the file changed since) is 409 with the fresh diff.
+
+A model that fails is 502 naming it (:class:`~hango.models.base.ModelError`); a transaction the
+database aborted to break a deadlock is 409 with Retry-After; neither body carries more.
 """
 
 from __future__ import annotations
@@ -22,19 +29,19 @@ import hashlib
 import os
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi import Path as UrlPath
 from pydantic import BaseModel, ConfigDict, Field
 
-from hango.agent import proposals, runs
+from hango.agent import proposals, resuming, runs
 from hango.agent.runs import summary
 from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, load_agent
 from hango.api.deps import ErrorBody, _Agent, _agent
-from hango.db import DatabaseError
+from hango.api.files import TEXT_SHAPE
 from hango.fs.path import WRITERS
 from hango.models.acting import acting_policy
-from hango.models.base import Model
+from hango.models.base import InvalidRequest, Model
 from hango.models.simulated import SimulatedModel
 from hango.settings import Settings, SettingsError
 from hango.telemetry import Telemetry
@@ -68,6 +75,9 @@ class RunOut(BaseModel):
                                             description="What an interrupted run waits for.")
     trace_id: str = ""
     resumed: bool = False
+    claim_expires_at: str | None = Field(
+        default=None, description="While resuming: when the resume's claim expires unless it "
+        "renews it (it does while it runs).")
 
 
 class ProposalOut(BaseModel):
@@ -88,24 +98,32 @@ class ProposalOut(BaseModel):
     reason: str | None
     edited: bool
     written_version: int | None
+    proposed_by: str | None = Field(default=None, description="Who started the run that "
+                                    "proposed it (role:token fingerprint); null: a run in code.")
+    created_at: str | None = None
     diff: str | None = Field(default=None, description="Unified diff against the current file.")
 
 
 class ProposalList(BaseModel):
     proposals: list[ProposalOut]
+    next_cursor: str | None = Field(default=None, description="Pass it as ?cursor= for the "
+                                    "next page; null on the last page.")
 
 
 class ApproveBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    content: str | None = Field(default=None, description="The owner's edit of the content.")
+    content: str | None = Field(default=None, description="The owner's edit of the content.",
+                                json_schema_extra={"pattern": TEXT_SHAPE})
     base_version: int | None = Field(default=None, ge=1, description="Approve against this "
                                      "version (after a conflict showed the fresh diff).")
-    reason: str | None = Field(default=None, max_length=2000)
+    reason: str | None = Field(default=None, max_length=2000,
+                               json_schema_extra={"pattern": TEXT_SHAPE})
 
 
 class RejectBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=2000, description="The agent reads it.")
+    reason: str = Field(min_length=1, max_length=2000, description="The agent reads it.",
+                        json_schema_extra={"pattern": TEXT_SHAPE})
 
 
 def _err(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -160,7 +178,7 @@ def _server_agent(request: Request, agent: _Agent, config: AgentConfig | None = 
             raise HTTPException(503, f"no model to run with: {exc}") from None
     return Agent(agent.db, agent.principal.tenant_id, agent.agent_id, state.hango_model,
                  settings=settings, telemetry=_telemetry(request), config=config,
-                 run_ids=getattr(state, "hango_run_ids", None))
+                 run_ids=getattr(state, "hango_run_ids", None), started_by=_who(request, agent))
 
 
 def _telemetry(request: Request) -> Telemetry:
@@ -171,43 +189,49 @@ def _telemetry(request: Request) -> Telemetry:
     return telemetry
 
 
-def _decider(request: Request, agent: _Agent) -> str:
-    """Owners and admins decide; the answer names who (the token's fingerprint, not the token)."""
-    if agent.principal.role not in WRITERS:
-        raise (HTTPException(403, "only an owner or admin may see or decide proposals (this "
-                                  f"token is a {agent.principal.role})")
-               if agent.exists() else agent.no_agent())
+def _who(request: Request, agent: _Agent) -> str:
+    """The caller as runs and proposals record it: role and the token's fingerprint (never the
+    token): ``member:1a2b3c4d5e6f``."""
     token = request.headers.get("authorization", "").partition(" ")[2]
     return f"{agent.principal.role}:{hashlib.sha256(token.encode()).hexdigest()[:12]}"
 
 
-def _out(result: dict[str, Any], run_id: str, status: str) -> RunOut:
+def _decider(request: Request, agent: _Agent, what: str = "see or decide proposals") -> str:
+    """Owners and admins decide; the answer names who (:func:`_who`)."""
+    if agent.principal.role not in WRITERS:
+        raise (HTTPException(403, f"only an owner or admin may {what} (this token is a "
+                                  f"{agent.principal.role})")
+               if agent.exists() else agent.no_agent())
+    return _who(request, agent)
+
+
+def _out(result: dict[str, Any], run_id: str, status: str,
+         claim_expires_at: str | None = None) -> RunOut:
     return RunOut(run_id=run_id, status=status,  # type: ignore[arg-type]
                   stop_reason=result.get("stop_reason"), text=result.get("text", ""),
                   usage=result.get("usage", []),
                   cache_read_ratio=result.get("cache_read_ratio", 0.0),
                   warnings=result.get("warnings", []), proposal=result.get("interrupt"),
-                  trace_id=result.get("trace_id", ""), resumed=result.get("resumed", False))
+                  trace_id=result.get("trace_id", ""), resumed=result.get("resumed", False),
+                  claim_expires_at=claim_expires_at)
 
 
 # --- runs --------------------------------------------------------------------------------------
 
 
 @router.post("/agents/{agent_id}/runs", summary="Run the agent in the server (any role)",
-             response_model=RunOut, status_code=201, responses=_err(413, 502))
+             response_model=RunOut, status_code=201, responses=_err(409, 413, 502))
 def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
                body: RunBody) -> RunOut:
     # The config, read once: it tells that the agent exists, and the run uses it.
     config = load_agent(agent.db, agent.principal.tenant_id, agent.agent_id)
     if config is None:
         raise agent.no_agent()
-    server_agent = _server_agent(request, agent, config)
+    # A ModelError rises to its 502 (deps.py), naming the model and the provider's message.
     try:
-        result = server_agent.run(body.prompt, record=True)
-    except (DatabaseError, HTTPException):
-        raise
-    except Exception as exc:  # the model (or its API) failed: say so, never a bare 500
-        raise HTTPException(502, f"the model {server_agent.model.name} failed: {exc}") from None
+        result = _server_agent(request, agent, config).run(body.prompt, record=True)
+    except InvalidRequest as exc:  # the provider would refuse it (a blank prompt): said first
+        raise HTTPException(422, f"prompt: {exc}") from None
     return _out(summary(result), result.run_id, result.status)
 
 
@@ -217,7 +241,7 @@ def get_run(agent: Annotated[_Agent, Depends(_agent)], run_id: RunId) -> RunOut:
     row = runs.load(agent.db, agent.principal.tenant_id, run_id)  # RunNotFound: 404
     if row["agent_id"] != agent.agent_id:
         raise agent.missing(f"no run {run_id!r} for agent {agent.agent_id!r}")
-    return _out(row["result"], run_id, row["status"])
+    return _out(row["result"], run_id, row["status"], row["claim_expires_at"])
 
 
 @router.post("/agents/{agent_id}/runs/{run_id}/resume",
@@ -225,13 +249,24 @@ def get_run(agent: Annotated[_Agent, Depends(_agent)], run_id: RunId) -> RunOut:
              response_model=RunOut, responses=_err(409, 502))
 def resume_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
                run_id: RunId) -> RunOut:
-    try:
-        result = _server_agent(request, agent).resume(run_id)
-    except (runs.RunError, DatabaseError, HTTPException):  # RunError: 404 or 409 (deps.py)
-        raise
-    except Exception as exc:  # the model failed; the run stays interrupted, resumable again
-        raise HTTPException(502, f"the model failed while resuming {run_id}: {exc}") from None
+    # RunError: 404 or 409; ModelError: 502, and the run is resumable again (deps.py).
+    result = _server_agent(request, agent).resume(run_id)
     return _out(summary(result, {}), result.run_id, result.status)
+
+
+@router.post("/agents/{agent_id}/runs/{run_id}/release",
+             summary="Free the claim of a resume that died (owner or admin)",
+             response_model=RunOut, responses=_err(403, 409))
+def release_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
+                run_id: RunId) -> RunOut:
+    _decider(request, agent, "release a run's claim")
+    row = runs.load(agent.db, agent.principal.tenant_id, run_id)  # RunNotFound: 404
+    if row["agent_id"] != agent.agent_id:
+        raise agent.missing(f"no run {run_id!r} for agent {agent.agent_id!r}")
+    if not resuming.release(agent.db, agent.principal.tenant_id, run_id):
+        raise runs.RunConflict(f"run {run_id} is {row['status']}, not being resumed: there is "
+                               "no claim to release")
+    return _out(row["result"], run_id, "interrupted")
 
 
 # --- proposals ---------------------------------------------------------------------------------
@@ -242,20 +277,24 @@ def _proposal(p: proposals.Proposal, diff: str | None = None) -> ProposalOut:
 
 
 @router.get("/agents/{agent_id}/proposals",
-            summary="Proposals, oldest first, at most 100 (owner or admin)",
+            summary="Proposals, oldest first, a page at a time (owner or admin)",
             response_model=ProposalList, responses=_err(403))
 def list_proposals(
     request: Request, agent: Annotated[_Agent, Depends(_agent)],
     status: Literal["pending", "approved", "rejected", "all"] = "pending",
+    limit: Annotated[int, Query(ge=1, le=1000, description="Proposals per page.")] = 100,
+    cursor: Annotated[str | None, Query(max_length=1024, description=(
+        "The next_cursor of the previous page, unchanged."),
+        json_schema_extra={"pattern": r"^[A-Za-z0-9_-]+$"})] = None,
 ) -> ProposalList:
     _decider(request, agent)
     found = proposals.list_proposals(agent.db, agent.principal.tenant_id, agent.agent_id,
-                                     None if status == "all" else status)
+                                     None if status == "all" else status, limit, cursor)
     if not found and not agent.exists():
         raise agent.no_agent()
     # A listing leaves the contents out: 100 proposals of up to a file cap each is not a page.
     return ProposalList(proposals=[_proposal(p).model_copy(update={"content": None})
-                                   for p in found])
+                                   for p in found], next_cursor=found.next_cursor)
 
 
 @router.get("/agents/{agent_id}/proposals/{proposal_id}",
@@ -270,7 +309,7 @@ def show_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)],
 
 @router.post("/agents/{agent_id}/proposals/{proposal_id}/approve",
              summary="Approve (optionally with edited content); writes against the base version",
-             response_model=ProposalOut, responses=_err(403, 409))
+             response_model=ProposalOut, responses=_err(403, 409, 413))
 def approve_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)],
                      proposal_id: ProposalId,
                      body: ApproveBody | None = None) -> ProposalOut:
@@ -286,8 +325,7 @@ def approve_proposal(request: Request, agent: Annotated[_Agent, Depends(_agent)]
     return _proposal(proposals.approve(
         agent.db, agent.principal.tenant_id, agent.agent_id, proposal_id, by=by,
         role=agent.principal.role, content=edit.content, base_version=edit.base_version,
-        reason=edit.reason, allowlist=allowlist, max_bytes=a.settings.max_body_bytes,
-        telemetry=a.telemetry))
+        reason=edit.reason, allowlist=allowlist, settings=a.settings, telemetry=a.telemetry))
 
 
 @router.post("/agents/{agent_id}/proposals/{proposal_id}/reject",

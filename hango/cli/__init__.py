@@ -17,7 +17,14 @@ import sys
 from collections.abc import Sequence
 
 from hango.agents import ROLES, check_default_sources
-from hango.cli.admin import cmd_agent, cmd_proposals, cmd_tenant, cmd_token, cmd_workshop
+from hango.cli.admin import (
+    cmd_agent,
+    cmd_proposals,
+    cmd_runs,
+    cmd_tenant,
+    cmd_token,
+    cmd_workshop,
+)
 from hango.cli.common import CliError
 from hango.cli.db import cmd_db, cmd_serve
 from hango.cli.files import cmd_files, cmd_skills
@@ -150,6 +157,13 @@ def _parser() -> argparse.ArgumentParser:
             one.add_argument("--base-version", type=int,
                              help="approve against this version (after a conflict)")
     prop.set_defaults(func=cmd_proposals)
+    run = sub.add_parser("runs", help="runs of an agent that are resumed")
+    run_sub = run.add_subparsers(dest="action", required=True, metavar="ACTION")
+    release = run_sub.add_parser(
+        "release", help="free the claim of a resume that died, so the run can be resumed now")
+    for name in ("tenant", "agent", "run"):
+        release.add_argument(name)
+    run.set_defaults(func=cmd_runs)
     workshop = sub.add_parser("workshop", help="many learners at once")
     workshop_sub = workshop.add_subparsers(dest="action", required=True, metavar="ACTION")
     provision = workshop_sub.add_parser(

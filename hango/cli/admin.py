@@ -30,6 +30,7 @@ from hango.agents import (
 )
 from hango.cli.common import CliError, open_db, say
 from hango.db import Database
+from hango.errors import HangoError
 from hango.settings import Settings
 
 
@@ -149,11 +150,17 @@ def cmd_proposals(args: argparse.Namespace, settings: Settings) -> int:
     by = f"cli:{getattr(args, 'by', None) or getpass.getuser()}"
     try:
         if args.action == "list":
-            found = p.list_proposals(db, args.tenant, args.agent,
-                                     None if args.status == "all" else args.status)
-            for item in found:
-                print(f"{item.proposal_id}\t{item.status}\t{item.operation}\t{item.path}")
-            if not found:
+            cursor, seen = None, 0
+            while True:  # page after page, oldest first
+                found = p.list_proposals(db, args.tenant, args.agent,
+                                         None if args.status == "all" else args.status,
+                                         cursor=cursor)
+                for item in found:
+                    print(f"{item.proposal_id}\t{item.status}\t{item.operation}\t{item.path}")
+                seen += len(found)
+                if (cursor := found.next_cursor) is None:
+                    break
+            if not seen:
                 say(f"no {args.status} proposals for {args.tenant}/{args.agent}")
         elif args.action == "show":
             item, diff = p.get(db, args.tenant, args.agent, args.id)
@@ -164,7 +171,7 @@ def cmd_proposals(args: argparse.Namespace, settings: Settings) -> int:
             item = p.approve(db, args.tenant, args.agent, args.id, by=by, role="admin",
                              content=content, base_version=args.base_version, reason=args.reason,
                              allowlist=frozenset(config.tools if config else ()),
-                             max_bytes=settings.max_file_bytes)
+                             settings=settings)
             print(f"approved: {item.path} is at version {item.written_version}")
         else:
             item = p.reject(db, args.tenant, args.agent, args.id, by=by, role="admin",
@@ -172,7 +179,26 @@ def cmd_proposals(args: argparse.Namespace, settings: Settings) -> int:
             print(f"rejected: {item.proposal_id} ({item.reason})")
     except p.ProposalConflict as exc:
         raise CliError(f"{exc}\n{exc.diff}") from None
-    except (p.ProposalError, LookupError) as exc:
+    except (HangoError, LookupError) as exc:  # a proposal error, a cap, a quota, a conflict
+        raise CliError(str(exc)) from None
+    finally:
+        db.close()
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
+    """``hango runs release``: free the claim of a resume that died (as the API's release)."""
+    from hango.agent import resuming, runs
+
+    db = open_db(settings)
+    try:
+        run = runs.load(db, args.tenant, args.run)
+        if run["agent_id"] != args.agent or not resuming.release(db, args.tenant, args.run):
+            raise CliError(f"run {args.run} of {args.tenant}/{args.agent} is "
+                           f"{run['status'] if run['agent_id'] == args.agent else 'not there'}"
+                           ", not being resumed: there is no claim to release")
+        print(f"released: run {args.run} is interrupted again; resume it to go on")
+    except runs.RunNotFound as exc:
         raise CliError(str(exc)) from None
     finally:
         db.close()

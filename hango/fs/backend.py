@@ -15,9 +15,12 @@ quota (:class:`QuotaExceeded`) or give a file and a directory one name (:class:`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import psycopg
 
 from hango.db import Database
 from hango.errors import (
@@ -107,12 +110,30 @@ class PostgresBackend:
     """:class:`Backend` over ``agent_files``; every statement runs with the tenant set (RLS)."""
 
     def __init__(self, db: Database, tenant_id: str, agent_id: str,
-                 settings: Settings | None = None) -> None:
+                 settings: Settings | None = None,
+                 conn: psycopg.Connection[Any] | None = None) -> None:
         self.db = db
         self.tenant_id = tenant_id
         self.agent_id = agent_id
         self.settings: Settings = settings or getattr(db, "settings", None) or get_settings()
+        self.conn = conn  # the caller's transaction it works in (within), or None: its own
         self.bytes_read = 0  # content bytes transferred from the database, for the caps' tests
+
+    def within(self, conn: psycopg.Connection[Any]) -> PostgresBackend:
+        """This backend inside the caller's transaction ``conn`` (one of this tenant): each call
+        is a savepoint in it, so a refused write leaves the transaction usable, and what it
+        writes commits with whatever else the caller does there, or not at all."""
+        return PostgresBackend(self.db, self.tenant_id, self.agent_id, self.settings, conn)
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction of this tenant, or a savepoint in the caller's (:meth:`within`)."""
+        if self.conn is None:
+            with self.db.tenant(self.tenant_id) as conn:
+                yield conn
+        else:
+            with self.conn.transaction():
+                yield self.conn
 
     @property
     def max_file_bytes(self) -> int:
@@ -159,7 +180,7 @@ class PostgresBackend:
         ``limit``, so the whole query never transfers more than ``limit`` bytes of content.
         """
         query, params = gated.read_many_query(self, paths, limit)
-        with self.db.tenant(self.tenant_id) as conn:
+        with self.transaction() as conn:
             rows = conn.execute(query, params, binary=True).fetchall()
         return self._rows(rows)
 
@@ -176,7 +197,7 @@ class PostgresBackend:
         """
         query, params = gated.heads_query(self, directories, name, limit, max_per_dir,
                                           cut_after)
-        with self.db.tenant(self.tenant_id) as conn:
+        with self.transaction() as conn:
             rows = conn.execute(query, params, binary=True).fetchall()
         return self._rows(rows, lenient=True)
 

@@ -119,7 +119,7 @@ def skill_heads(backend: PostgresBackend, directories: Sequence[str],
     ``HEAD_BYTES``, ended after the closing ``---``), read from the ``skill_head`` column
     that the database computes when the file is written: small rows, no per-scan cutting."""
     query, params = skill_heads_query(backend, directories, max_per_dir)
-    with backend.db.tenant(backend.tenant_id) as conn:
+    with backend.transaction() as conn:
         rows = conn.execute(query, params, binary=True).fetchall()
     return backend._rows(rows, lenient=True)
 

@@ -113,7 +113,7 @@ def ls(backend: PostgresBackend, path: str = "/", limit: int | None = None,
         if not after.startswith(directory) or after == directory:
             raise InvalidCursor("invalid cursor: it does not lie in this directory")
         lo = after[:-1] + "0" if after.endswith("/") else after + "\x01"
-    with backend.db.tenant(backend.tenant_id) as conn:
+    with backend.transaction() as conn:
         rows = conn.execute(
             """WITH RECURSIVE walk(n, path, size, version, child, is_dir) AS (
                    SELECT 1, f.path, f.size, f.version, c.child, c.is_dir
@@ -176,7 +176,7 @@ def glob_entries(backend: PostgresBackend, pattern: str, limit: int | None = Non
         if not after.startswith(prefix):
             raise InvalidCursor("invalid cursor: it does not lie under this pattern's prefix")
         lo = after + "\x01"  # the first path after it (no path holds a control character)
-    with backend.db.tenant(backend.tenant_id) as conn:
+    with backend.transaction() as conn:
         rows = conn.execute(
             """SELECT path, size, version, hit, n FROM (
                    SELECT path, size, version, path ~ %(re)s AS hit,

@@ -1,12 +1,15 @@
 """The write path of :class:`hango.fs.backend.PostgresBackend`: ``write``, ``edit``, ``delete``.
 
-Each is one transaction. A file carries a ``version`` for optimistic concurrency: pass
+Each is one transaction, or a savepoint in the caller's when the backend works inside one
+(:meth:`~hango.fs.backend.PostgresBackend.within`: approving a proposal writes the file and the
+decision together). A file carries a ``version`` for optimistic concurrency: pass
 ``if_version`` and a write that lost a race is refused with :class:`VersionConflict` instead of
 silently overwriting (``if_version=0``: only if the file does not exist yet). No write makes a
 file larger than ``HANGO_MAX_FILE_BYTES`` (:class:`FileTooLarge`, checked before the content is
-built), and the database refuses one that would take the tenant over its quota
-(:class:`QuotaExceeded`) or give a file and a directory one name (:class:`PathConflict`).
-The backend's methods call in here.
+built) or stores what is not text (:class:`InvalidText`: U+0000, a lone surrogate), and the
+database refuses one that would take the tenant over its quota (:class:`QuotaExceeded`) or give
+a file and a directory one name (:class:`PathConflict`). Every door writes through here: the
+files API, the agent's tools, approve; no other code inserts or updates ``agent_files``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from hango.errors import (
     EditError,
     FileNotFound,
     FileTooLarge,
+    InvalidText,
     NotText,
     PathConflict,
     QuotaExceeded,
@@ -37,7 +41,7 @@ def writing(backend: PostgresBackend) -> Iterator[psycopg.Connection[Any]]:
     """A write transaction: the tenant's quotas set for the database to enforce, and the
     database's refusals (quota, file-or-directory) turned into hango's exceptions."""
     try:
-        with backend.db.tenant(backend.tenant_id) as conn:
+        with backend.transaction() as conn:
             conn.execute(
                 "SELECT set_config('hango.tenant_max_files', %s, true),"
                 "       set_config('hango.tenant_max_bytes', %s, true)",
@@ -58,13 +62,27 @@ def writing(backend: PostgresBackend) -> Iterator[psycopg.Connection[Any]]:
                            exc.diag.message_detail or "") from None
 
 
+def text_bytes(path: str, content: str) -> bytes:
+    """The text rule, the same for every door: ``content`` as UTF-8, and no U+0000 in it."""
+    nul = content.find("\x00")
+    if nul >= 0:
+        raise InvalidText(f"{path}: file contents are text: U+0000 (NUL) at character {nul} is "
+                          "not allowed; nothing was written")
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidText(f"{path}: character {exc.start} is a lone surrogate "
+                          f"(U+{ord(content[exc.start]):04X}), which is not text; nothing was "
+                          "written") from None
+
+
 def write(backend: PostgresBackend, path: str, content: str, if_version: int | None = None) -> int:
     """Create or replace a file; return its new version."""
     path = clean(path)
     cap = backend.max_file_bytes
     if len(content) > 4 * cap:  # UTF-8 has at least a byte a character: not even encoded
         raise FileTooLarge(path, len(content), cap, at_least=True)
-    data = content.encode("utf-8")  # at most 16 x cap bytes
+    data = text_bytes(path, content)  # at most 16 x cap bytes
     if len(data) > cap:
         raise FileTooLarge(path, len(data), cap)
     params = {**backend._ns(), "p": path, "c": data, "s": len(data), "v": if_version}
@@ -126,7 +144,7 @@ def edit(
     if old == "":
         raise EditError(f"{path}: the text to replace is empty")
     cap = backend.max_file_bytes
-    old_b, new_b = old.encode("utf-8"), new.encode("utf-8")
+    old_b, new_b = text_bytes(path, old), text_bytes(path, new)
     with writing(backend) as conn:
         # A file already over the cap (stored before it) is not even fetched unless the edit
         # could shrink it.
@@ -173,7 +191,7 @@ def edit(
 
 def delete(backend: PostgresBackend, path: str, if_version: int | None = None) -> None:
     path = clean(path)
-    with backend.db.tenant(backend.tenant_id) as conn:
+    with backend.transaction() as conn:
         row = conn.execute(
             """DELETE FROM agent_files
                 WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
