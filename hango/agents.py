@@ -151,9 +151,9 @@ def token_digest(token: str) -> bytes:
 
 
 def create_tenant(db: Database, tenant_id: str) -> str:
-    """Create a tenant (idempotent). An admin operation: runs as the superuser connection."""
+    """Create a tenant (idempotent). An admin operation, as the owner in that tenant."""
     _check_id("tenant id", tenant_id)
-    with db.admin() as conn:
+    with db.admin(tenant_id) as conn:
         conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
                      [tenant_id])
     return tenant_id
@@ -161,7 +161,7 @@ def create_tenant(db: Database, tenant_id: str) -> str:
 
 def drop_tenant(db: Database, tenant_id: str) -> None:
     """Delete a tenant with its agents, files and tokens (notebooks start from a clean slate)."""
-    with db.admin() as conn:
+    with db.admin(tenant_id) as conn:
         conn.execute("DELETE FROM tenants WHERE tenant_id = %s", [tenant_id])
 
 
@@ -234,7 +234,7 @@ def create_token(db: Database, tenant_id: str, role: str, label: str = "",
 
 
 def list_tokens(db: Database, tenant_id: str) -> list[TokenInfo]:
-    """A tenant's tokens, oldest first (an admin operation, as the superuser connection)."""
+    """A tenant's tokens, oldest first (an admin operation: ``api_tokens`` has no RLS)."""
     with db.admin() as conn:
         rows = conn.execute(f"SELECT {_TOKEN_COLUMNS} FROM api_tokens WHERE tenant_id = %s "
                             "ORDER BY created_at, token_id", [tenant_id]).fetchall()
@@ -327,9 +327,11 @@ def lock_agent(conn: psycopg.Connection[Any], tenant_id: str, agent_id: str) -> 
 def create_seats(db: Database, seats: Sequence[tuple[str, str, str]],
                  config: AgentConfig) -> None:
     """Each ``(tenant, agent, owner token)``: the tenant, the agent with ``config`` and the token,
-    all in one transaction. Existing tenants and agents are kept as they are."""
+    all in one transaction. Existing tenants and agents are kept as they are. An admin
+    operation across tenants: it says so (``all_tenants``), row-level security holding the owner
+    too."""
     body = config.model_dump_json(exclude_none=False)
-    with db.admin() as conn, conn.cursor() as cur:
+    with db.admin(all_tenants=True) as conn, conn.cursor() as cur:
         cur.executemany("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
                         [[tenant] for tenant, _, _ in seats])
         cur.executemany(

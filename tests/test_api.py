@@ -513,7 +513,7 @@ def test_auth_matrix(
     backend = PostgresBackend(db, a.id, "target")
     if path is not None:
         backend.write(path, "seed")
-    with db.admin() as conn:  # what an earlier case's PUT by the other tenant created
+    with db.admin(b.id) as conn:  # what an earlier case's PUT by the other tenant created
         conn.execute("DELETE FROM agents WHERE tenant_id = %s", [b.id])
     agent = "/v1/agents/target"
     requests = {

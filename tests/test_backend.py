@@ -107,7 +107,7 @@ def test_a_whole_file_ending_inside_a_character_is_not_text(db: Database,
                                                             backend: PostgresBackend) -> None:
     """Only a read that was cut may drop a cut character: bytes stored around the API (plain SQL)
     that end inside a character are refused whole, as edit refuses them, never served shortened."""
-    with db.admin() as conn:
+    with db.admin(backend.tenant_id) as conn:
         conn.execute("INSERT INTO agent_files (tenant_id, agent_id, path, content, size)"
                      " VALUES (%s, %s, '/cut.md', '\\x6162e282'::bytea, 4)",
                      [backend.tenant_id, backend.agent_id])
@@ -269,7 +269,7 @@ def test_rls_hides_other_tenants_even_without_where(db: Database) -> None:
     with db.app() as conn:  # no tenant set: nothing at all
         assert conn.execute("SELECT count(*) FROM agent_files").fetchone() == (0,)
 
-    with db.admin() as conn:  # the rows are there; only the policy hid them
+    with db.admin(a) as conn:  # the rows are there; only the policy hid them
         count = conn.execute("SELECT count(*) FROM agent_files WHERE tenant_id = %s",
                              [a]).fetchone()
     assert count == (1,)

@@ -461,8 +461,10 @@ def _kill_when_waiting(db: Database, lock_sql: str, params: list[Any], action: A
     """Hold a row lock, start ``action`` (it waits on the lock), terminate its session: an
     outage that lands inside its transaction, exactly."""
     caught: list[BaseException] = []
-    with psycopg.connect(db.admin_conninfo) as holder:
+    with db.admin(params[0]) as holder:  # the owner, in the tenant (row-level security)
         holder.execute(lock_sql, params)
+        # the server's own pid (behind a pooler, the client's backend_pid is the pooler's)
+        held_by = holder.execute("SELECT pg_backend_pid()").fetchone()
 
         def go() -> None:
             try:
@@ -472,11 +474,11 @@ def _kill_when_waiting(db: Database, lock_sql: str, params: list[Any], action: A
 
         thread = threading.Thread(target=go)
         thread.start()
-        with psycopg.connect(db.admin_conninfo, autocommit=True) as watcher:
+        with db.admin_connection(autocommit=True) as watcher:
             for _ in range(2000):
                 row = watcher.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND usename = 'hango_app'").fetchone()
+                    "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                    held_by).fetchone()
                 if row:
                     watcher.execute("SELECT pg_terminate_backend(%s)", [row[0]])
                     break
