@@ -95,8 +95,8 @@ def database_error(exc: psycopg.Error, pool: str = "") -> DatabaseError | None:
     exception), which the code that sent it handles."""
     state = exc.sqlstate or ""
     if isinstance(exc, PoolTimeout):
-        return DatabaseError(f"database unavailable: no connection from the pool {pool!r} "
-                             f"within its timeout (HANGO_DATABASE_POOL_TIMEOUT): the server is "
+        return DatabaseError(f"database unavailable: no connection from the pool {pool} within "
+                             f"its timeout (HANGO_DATABASE_POOL_TIMEOUT): the server is "
                              f"unreachable, or every connection of the pool is busy")
     if state == "08P01" and "query_wait_timeout" in str(exc):
         return DatabaseRefused("the database refused a statement: the pooler had no free server "
@@ -228,6 +228,7 @@ class Database:
             open=True,
             name="hango",
         )
+        self._label = f"{self.pool.name!r} (HANGO_DATABASE_POOL_SIZE={self.pool.max_size})"
         # statement_async's pools, one per event loop (a pool belongs to the loop it runs on)
         self._async_pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = {}
 
@@ -358,7 +359,7 @@ class Database:
         ends with it. It runs as the URL's role unless it takes the app role itself: send
         :data:`BEGIN_APP` first in one pipeline (``read_if_changed``), or call a function that
         takes it (``hango_read_file``)."""
-        with _mapped(self.pool.name), self.pool.connection() as conn:
+        with _mapped(self._label), self.pool.connection() as conn:
             conn.autocommit = True
             try:
                 yield conn
@@ -385,7 +386,7 @@ class Database:
                 open=False, name="hango-loop")
         if pool.closed:
             await pool.open()
-        with _mapped(pool.name):
+        with _mapped(f"{pool.name!r} (HANGO_DATABASE_LOOP_POOL_SIZE={pool.max_size})"):
             async with pool.connection(timeout=self.pool.timeout) as conn:
                 yield conn
 
@@ -397,7 +398,7 @@ class Database:
 
     @contextmanager
     def _transaction(self, tenant_id: str | None) -> Iterator[psycopg.Connection[Any]]:
-        with _mapped(self.pool.name), self.pool.connection() as conn, conn.transaction():
+        with _mapped(self._label), self.pool.connection() as conn, conn.transaction():
             conn.execute(BEGIN_APP, [tenant_id])
             yield conn
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from hango.agent import proposals

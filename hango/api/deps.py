@@ -229,6 +229,9 @@ async def hango_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def unavailable(exc: Exception) -> JSONResponse:
-    """The database is away: 503, and when to try again."""
-    message = str(exc) if isinstance(exc, DatabaseError) else f"database unavailable: {exc}"
-    return JSONResponse({"detail": message}, 503, headers={"Retry-After": "5"})
+    """The database is away (503, and when to try again) or refused what hango sent
+    (:class:`hango.db.DatabaseRefused`: 500 naming the error class and what to check)."""
+    if isinstance(exc, DatabaseError):
+        return JSONResponse(exc.body(), exc.status, headers=exc.headers() or None)
+    return JSONResponse({"detail": f"database unavailable: {exc}"}, 503,
+                        headers={"Retry-After": "5"})

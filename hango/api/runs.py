@@ -20,6 +20,7 @@ import hashlib
 import os
 from typing import Annotated, Any, Literal
 
+import psycopg
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi import Path as UrlPath
 from pydantic import BaseModel, ConfigDict, Field
@@ -183,7 +184,7 @@ def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
     server_agent = _server_agent(request, agent, config)
     try:
         result = server_agent.run(body.prompt, record=True)
-    except (DatabaseError, HTTPException):
+    except (DatabaseError, psycopg.Error, HTTPException):  # the database's, never the model's
         raise
     except Exception as exc:  # the model (or its API) failed: say so, never a bare 500
         raise HTTPException(502, f"the model {server_agent.model.name} failed: {exc}") from None
@@ -206,7 +207,7 @@ def resume_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
                run_id: RunId) -> RunOut:
     try:
         result = _server_agent(request, agent).resume(run_id)
-    except (runs.RunError, DatabaseError, HTTPException):  # RunError: 404 or 409 (deps.py)
+    except (runs.RunError, DatabaseError, psycopg.Error, HTTPException):  # RunError: 404/409
         raise
     except Exception as exc:  # the model failed; the run stays interrupted, resumable again
         raise HTTPException(502, f"the model failed while resuming {run_id}: {exc}") from None
