@@ -55,6 +55,9 @@ def _data_dir() -> str | None:
         settings = load_settings()
     except ValueError as exc:
         return str(exc)
+    if settings.database_url is not None:
+        print("  not used: HANGO_DATABASE_URL names an external server")
+        return None
     from hango.db import resolve_data_dir
 
     data = resolve_data_dir(settings)
@@ -71,16 +74,31 @@ def _data_dir() -> str | None:
 
 
 def _database() -> str | None:
-    from hango.db import get_database
+    from hango.db import database_name, get_database, hide_password, status
+    from hango.settings import load_settings
 
+    settings = load_settings()
+    if settings.database_url is not None:  # an external server: reach it, never start it
+        where = hide_password(settings.database_url)
+        try:
+            db = get_database()
+            found = status(db.app_conninfo, settings)
+        except Exception as exc:  # report any failure as the one line an operator can act on
+            return f"the external server at {where} (HANGO_DATABASE_URL): {exc}"
+        print(f"  PostgreSQL {found.version} at {where}, database {database_name(settings)}; "
+              f"a transaction of the app runs as {found.app_role}, row-level security forced "
+              f"on {found.forced} of {found.tables} tenant tables")
+        if found.app_role == found.login or found.forced < found.tables:
+            return ("the app's transactions are not held by row-level security: see "
+                    "`hango db status` and README, \"Managed PostgreSQL and poolers\"")
+        return None
     try:
         db = get_database()
         with db.app() as conn:
             version = conn.execute("SHOW server_version").fetchone()
     except Exception as exc:  # report any failure as the one line a learner can act on
         return f"the database does not start: {exc}"
-    print(f"  PostgreSQL {version[0] if version else '?'} "
-          f"({'embedded' if db.embedded else 'HANGO_DATABASE_URL'})")
+    print(f"  PostgreSQL {version[0] if version else '?'} (embedded)")
     return None
 
 
@@ -105,7 +123,7 @@ def _jupyter() -> str | None:
 
 CHECKS: list[tuple[str, Callable[[], str | None]]] = [
     ("Python 3.11+", _python), ("hango imports", _package), ("data folder", _data_dir),
-    ("database starts", _database), ("API port", _port), ("JupyterLab", _jupyter),
+    ("database", _database), ("API port", _port), ("JupyterLab", _jupyter),
 ]
 
 

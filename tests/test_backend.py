@@ -249,6 +249,18 @@ def test_heads_scan_uses_an_index(db: Database, backend: PostgresBackend) -> Non
 # --- row-level security ------------------------------------------------------------------------
 
 
+def test_every_table_with_tenant_rows_forces_row_level_security(db: Database) -> None:
+    """FORCE, so that the tables' owner (the URL's role on a managed server) is held too; the
+    one exception is api_tokens, looked up before a tenant is known (schema.sql)."""
+    with db.admin() as conn:
+        rows = conn.execute(
+            """SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c
+                JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'tenant_id'
+               WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r'""").fetchall()
+    unforced = {name for name, rls, forced in rows if not (rls and forced)}
+    assert len(rows) >= 8 and unforced == {"api_tokens"}, rows
+
+
 def test_rls_hides_other_tenants_even_without_where(db: Database) -> None:
     a, b = (create_tenant(db, f"rls-{uuid.uuid4().hex[:10]}") for _ in range(2))
     for tenant in (a, b):

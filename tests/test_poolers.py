@@ -232,7 +232,7 @@ def test_the_url_names_the_database_and_postgres_is_only_for_creating_it(
 
 
 @needs_pgbouncer
-def test_db_status_through_the_pooler_says_the_role_and_rls(stack: pgbouncer_stack.Stack) -> None:
+def test_db_status_and_doctor_through_the_pooler_say_the_role_and_rls(stack: pgbouncer_stack.Stack) -> None:
     pooled(stack, "transaction").close()  # set up
     env = {**os.environ, "HANGO_DATABASE_URL": stack.url("transaction"),
            "HANGO_DATABASE_POOLER": "transaction"}
@@ -247,6 +247,10 @@ def test_db_status_through_the_pooler_says_the_role_and_rls(stack: pgbouncer_sta
     assert f"forced on {len(TENANT_TABLES)} of {len(TENANT_TABLES)} tenant tables" in out, out
     assert "prepared statements off" in out and "at most 7 per process" in out, out
     assert pgbouncer_stack.PASSWORD not in out + status.stderr
+    doctor = subprocess.run([sys.executable, "-m", "hango.doctor"], capture_output=True,
+                            text=True, env=env, timeout=120).stdout
+    assert "ok      database" in doctor and f"runs as {APP_ROLE}, row-level security forced" \
+        in doctor and "not used: HANGO_DATABASE_URL" in doctor, doctor
     start = subprocess.run([HANGO, "db", "start"], capture_output=True, text=True, env=env,
                            timeout=120)
     assert start.returncode == 1 and "the server is external" in start.stderr, start.stderr
