@@ -124,8 +124,9 @@ def _call(args: list[str], check: bool = True, **kwargs: Any) -> subprocess.Comp
                           timeout=120, **kwargs)
 
 
-def start() -> Stack:
-    """initdb, the server, the roles and databases, then PgBouncer: about 2 s."""
+def start(query_wait_timeout: int = 60) -> Stack:
+    """initdb, the server, the roles and databases, then PgBouncer: about 2 s. A client that
+    finds no free server connection waits ``query_wait_timeout`` seconds, then is refused."""
     bins, bouncer = _bin_dir(), _pgbouncer()
     assert bouncer is not None, missing()
     root = Path(tempfile.mkdtemp(prefix="hango-pooler-"))
@@ -154,7 +155,7 @@ def start() -> Stack:
             "unix_socket_dir =", "auth_type = trust", f"auth_file = {root / 'users.txt'}",
             f"logfile = {root / 'pgbouncer.log'}", f"pidfile = {root / 'pgbouncer.pid'}",
             "max_client_conn = 500", f"default_pool_size = {SERVER_CONNECTIONS}",
-            "query_wait_timeout = 60", ""]))
+            f"query_wait_timeout = {query_wait_timeout}", ""]))
         for path in root.iterdir():
             if os.geteuid() == 0:
                 shutil.chown(path, "postgres", "postgres")

@@ -257,6 +257,29 @@ def test_db_status_and_doctor_through_the_pooler_say_the_role_and_rls(stack: pgb
     assert pgbouncer_stack.PASSWORD not in start.stderr
 
 
+@needs_pgbouncer
+def test_a_pooler_with_no_free_server_connection_is_named_not_a_hang() -> None:
+    """Every server connection of the pooler is held (here its one, by a transaction left
+    open): `hango tenant create` waits the pooler's query_wait_timeout (2 s here, PgBouncer's
+    default is 120 s), then says what ran out, instead of hanging with no message."""
+    stack = pgbouncer_stack.start(query_wait_timeout=2)
+    try:
+        pooled(stack, "transaction").close()  # set up
+        url = stack.url("transaction").rsplit("/", 1)[0] + "/" + pgbouncer_stack.TINY
+        env = {**os.environ, "HANGO_DATABASE_URL": url, "HANGO_DATABASE_POOLER": "transaction"}
+        env.pop("HANGO_DATABASE_NAME", None)
+        with psycopg.connect(url) as holder:
+            holder.execute("SELECT 1")  # BEGIN, and never COMMIT: the server connection is held
+            created = subprocess.run([HANGO, "tenant", "create", "late"], capture_output=True,
+                                     text=True, env=env, timeout=120)
+    finally:
+        stack.stop()
+    assert created.returncode == 1, created.stdout + created.stderr
+    assert "the pooler had no free server connection for its query_wait_timeout: see the " \
+        "connection budget in `hango db status`" in created.stderr, created.stderr
+    assert "Traceback" not in created.stderr
+
+
 # The suite's tests that go through the database's every door, run through the pooler.
 SUBSET = ["tests/test_backend.py", "tests/test_api.py", "tests/test_memory.py",
           "tests/test_skills.py", "tests/test_proposals.py", "tests/test_seed_criteria.py"]
