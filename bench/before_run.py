@@ -207,6 +207,34 @@ def after(prepare: Callable[[], object], fn: Callable[[], object]) -> Callable[[
 
 # --- deepagents ------------------------------------------------------------------------------
 
+def unprepared(db: Database, skills: SkillsMiddleware, write: Callable[[], object],
+               n: int) -> None:
+    """What turning psycopg's prepared statements off costs (``HANGO_DATABASE_POOLER=
+    transaction``, for a transaction-mode pooler): the same before_run and transaction on a
+    second Database of the same server without them, interleaved with the default's. Straight to
+    the server: the pooler's own hop is not in it."""
+    off = Database(load_settings(database_name="hango_bench", database_pooler="transaction"))
+    try:
+        on_run, off_run = hango_before_run(db, "s100", skills), hango_before_run(off, "s100",
+                                                                                 skills)
+        t = interleaved({"on": (on_run, 4), "off": (off_run, 4),
+                         "on_changed": (after(write, on_run), 1),
+                         "off_changed": (after(write, off_run), 1),
+                         "on_tx": (tenant_select_1(db), 2), "off_tx": (tenant_select_1(off), 2)},
+                        n)
+    finally:
+        off.close()
+    print(f"\nprepared statements off (HANGO_DATABASE_POOLER=transaction); {n} interleaved "
+          "iterations")
+    print(f"  {'':<50} {'p50 ms':>9} {'p90 ms':>9}")
+    for key, label in (("", "before_run, unchanged, 4 back to back"),
+                       ("_changed", "before_run, after one SKILL.md changed"),
+                       ("_tx", "db.tenant() + SELECT 1")):
+        row(label + ", prepared", t["on" + key])
+        row(label + ", not prepared", t["off" + key],
+            f"= {p50(t['off' + key]) / p50(t['on' + key]):.2f}x prepared")
+
+
 def deepagents_before_agent(root: Path, libyaml: bool = False
                             ) -> tuple[Callable[[], Any], Any] | None:
     """deepagents' two middlewares; with ``libyaml``, its skills parser uses the C loader."""
@@ -394,6 +422,8 @@ def bench(db: Database, tmp: Path, args: argparse.Namespace) -> None:
     print(f"  protocol round trips per before_run (libpq trace): unchanged {trips_unchanged}, "
           f"after a change {trips_changed}, cold {trips_cold}; db.tenant() + SELECT 1: "
           f"{round_trips(db, tenant_select_1(db))}")
+
+    unprepared(db, skills, write, n)
 
     print(f"\nscaling: 1,000 skills, SkillsMiddleware(max_skills=1000); "
           f"{args.scale_iterations} interleaved iterations")

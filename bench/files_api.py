@@ -62,13 +62,15 @@ class TracedDatabase(Database):
         self.connections: list[psycopg.Connection[Any] | psycopg.AsyncConnection[Any]] = []
         super().__init__()
 
-    def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        super()._configure(conn)
-        self.connections.append(conn)
+    def _check(self, conn: psycopg.Connection[Any]) -> None:  # each time one is handed out
+        super()._check(conn)
+        if conn not in self.connections:
+            self.connections.append(conn)
 
-    async def _configure_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        await super()._configure_async(conn)
-        self.connections.append(conn)
+    async def _check_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await super()._check_async(conn)
+        if conn not in self.connections:
+            self.connections.append(conn)
 
     def round_trips(self, op: Callable[[], object], n: int = 20) -> float:
         """Protocol round trips per call of ``op``: messages that wait for ReadyForQuery."""

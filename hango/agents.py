@@ -44,9 +44,9 @@ def token_digest(token: str) -> bytes:
 
 
 def create_tenant(db: Database, tenant_id: str) -> str:
-    """Create a tenant (idempotent). An admin operation: runs as the superuser connection."""
+    """Create a tenant (idempotent). An admin operation, as the owner in that tenant."""
     _check_id("tenant id", tenant_id)
-    with db.admin() as conn:
+    with db.admin(tenant_id) as conn:
         conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING",
                      [tenant_id])
     return tenant_id
@@ -54,7 +54,7 @@ def create_tenant(db: Database, tenant_id: str) -> str:
 
 def drop_tenant(db: Database, tenant_id: str) -> None:
     """Delete a tenant with its agents, files and tokens (notebooks start from a clean slate)."""
-    with db.admin() as conn:
+    with db.admin(tenant_id) as conn:
         conn.execute("DELETE FROM tenants WHERE tenant_id = %s", [tenant_id])
 
 
@@ -127,7 +127,7 @@ def create_token(db: Database, tenant_id: str, role: str, label: str = "",
 
 
 def list_tokens(db: Database, tenant_id: str) -> list[TokenInfo]:
-    """A tenant's tokens, oldest first (an admin operation, as the superuser connection)."""
+    """A tenant's tokens, oldest first (an admin operation: ``api_tokens`` has no RLS)."""
     with db.admin() as conn:
         rows = conn.execute(f"SELECT {_TOKEN_COLUMNS} FROM api_tokens WHERE tenant_id = %s "
                             "ORDER BY created_at, token_id", [tenant_id]).fetchall()

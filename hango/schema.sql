@@ -300,7 +300,9 @@ BEGIN
     IF owned IS NULL THEN
         RETURN;
     END IF;
-    PERFORM 1 FROM public.tenants n WHERE n.tenant_id = owned FOR UPDATE;
+    -- one create per tenant at a time (a lock of its own: the tenant's row is behind RLS)
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtextextended('hango_token_create/' || owned, 0));
     IF (SELECT pg_catalog.count(*) FROM public.api_tokens t WHERE t.tenant_id = owned) >= 1000 THEN
         RAISE EXCEPTION 'tenant % already has 1000 tokens (the cap); revoke some first', owned
             USING ERRCODE = 'check_violation';
@@ -313,17 +315,19 @@ BEGIN
 END
 $$;
 
--- hango_read_file: the files API's plain GET in one statement (issue 14), as the app role (NOT
--- a SECURITY DEFINER: row-level security applies to the read). Who the token is comes from
--- hango_principal (an unknown, revoked or expired token is nobody: no row); that tenant is set
--- for this transaction only, and the first `cap` bytes of one file are read as it. A row with a
--- NULL content: the token is live, the file is not there.
+-- hango_read_file: the files API's plain GET in one statement, as the app role (NOT a SECURITY
+-- DEFINER: row-level security applies to the read). It takes the role hango_app for this
+-- transaction itself (the caller may be the URL's role: one statement, no SET before it). Who
+-- the token is comes from hango_principal (an unknown, revoked or expired token is nobody: no
+-- row); that tenant is set for this transaction only, and the first `cap` bytes of one file are
+-- read as it. A row with a NULL content: the token is live, the file is not there.
 CREATE OR REPLACE FUNCTION public.hango_read_file(digest bytea, agent text, file_path text,
                                                   cap integer)
     RETURNS TABLE (tenant_id text, role text, content bytea, version bigint, size integer)
     LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, public, pg_temp
 AS $$
 BEGIN
+    PERFORM pg_catalog.set_config('role', 'hango_app', true);
     SELECT p.tenant_id, p.role INTO tenant_id, role FROM public.hango_principal(digest) p;
     IF NOT FOUND THEN
         RETURN;
@@ -581,3 +585,29 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON run_calls TO hango_app;
 ALTER TABLE proposals ADD COLUMN IF NOT EXISTS proposed_by text;
 -- The listing pages by (created_at, proposal_id), oldest first.
 CREATE INDEX IF NOT EXISTS proposals_listing ON proposals (tenant_id, agent_id, created_at, proposal_id);
+-- ===== row-level security for the owner too (keep this section LAST) ===========================
+-- The tables' owner (the URL's role on a managed server) is held by the same policies as the app
+-- role: FORCE on every table that has row-level security, so a transaction of the owner sees
+-- only the tenant it set. What the owner does across tenants (provisioning many, the schema's
+-- upgrade steps, a sweep) it says so: hango.all_tenants = 'on' for the transaction, honoured
+-- only for the owner (Database.admin(all_tenants=True)); hango_app setting it gains nothing.
+-- A superuser (the embedded server's admin) bypasses row-level security whatever is set.
+DO $$
+DECLARE
+    t record;
+BEGIN
+    FOR t IN SELECT c.relname, pg_catalog.pg_get_userbyid(c.relowner) AS owner
+               FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r'
+                AND c.relrowsecurity
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE public.%I FORCE ROW LEVEL SECURITY', t.relname);
+        EXECUTE pg_catalog.format('DROP POLICY IF EXISTS hango_all_tenants ON public.%I',
+                                  t.relname);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY hango_all_tenants ON public.%I TO %I'
+            ' USING (pg_catalog.current_setting(''hango.all_tenants'', true) = ''on'')',
+            t.relname, t.owner);
+    END LOOP;
+END
+$$;

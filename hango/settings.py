@@ -51,7 +51,18 @@ class Settings(BaseSettings):
         default=None,
         description="Any PostgreSQL server; unset means the embedded server from the wheel.",
     )
-    database_name: str = Field(default="hango", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    database_name: str | None = Field(
+        default=None, pattern=r"^[a-z_][a-z0-9_]{0,62}$",
+        description="The database, when not the URL's (unset: the URL's, else hango).")
+    # Which pooler is in front of the server (HANGO_DATABASE_URL): `transaction` turns psycopg's
+    # automatic prepared statements off (a prepared statement lives on one server connection,
+    # which a transaction-mode pooler hands to any client). `none` and `session`: they stay on.
+    database_pooler: Literal["none", "session", "transaction"] = "none"
+    # The connection budget of one process: a pool for worker threads, one for the event loop
+    # (the files API's plain GET), each opened with one connection and grown on demand.
+    database_pool_size: int = Field(default=4, ge=1, le=100)
+    database_loop_pool_size: int = Field(default=2, ge=1, le=100)
+    database_pool_timeout: float = Field(default=5.0, gt=0, le=600)
     data_dir: Path | None = Field(
         default=None, description="Where the embedded server keeps its data (default: ./.hango)."
     )

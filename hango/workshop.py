@@ -76,7 +76,7 @@ def provision(db: Database, learners: int, prefix: str = "learner", agent: str =
     _check_id("agent id", agent)
     seats = [Seat(t, agent, "hango_" + secrets.token_urlsafe(24)) for t in tenants]
     earlier = "FROM api_tokens WHERE tenant_id = ANY(%s) AND role = 'owner' AND label = 'workshop'"
-    with db.admin() as conn, conn.cursor() as cur:  # one transaction: all the seats, or none
+    with db.admin(all_tenants=True) as conn, conn.cursor() as cur:  # all the seats, or none
         row = cur.execute("SELECT count(*) FROM tenants WHERE tenant_id = ANY(%s)", [tenants]).fetchone()
         existing = int(row[0]) if row else 0
         row = cur.execute(f"SELECT count(*) {earlier}", [tenants]).fetchone()
@@ -97,7 +97,7 @@ def remove(db: Database, prefix: str = "learner") -> list[str]:
     """Delete every tenant ``{prefix}-NN`` with its agents, files, tokens and runs, in one
     transaction; return their ids."""
     _check_id("tenant id", f"{prefix}-01")  # the id rule allows no regular-expression metacharacter
-    with db.admin() as conn:
+    with db.admin(all_tenants=True) as conn:
         rows = conn.execute("DELETE FROM tenants WHERE tenant_id ~ %s RETURNING tenant_id",
                             [f"^{prefix}-[0-9]+$"]).fetchall()
     return sorted(str(r[0]) for r in rows)

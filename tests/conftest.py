@@ -31,7 +31,7 @@ from hango.settings import get_settings
 @pytest.fixture(scope="session")
 def db() -> Iterator[Database]:
     database = Database(get_settings())
-    with database.admin() as conn:
+    with database.admin(all_tenants=True) as conn:
         # A clean slate (cascading to agents, files, tokens), but only of earlier runs: several
         # pytest sessions may share hango_test at once, and a fresh tenant per test isolates them.
         conn.execute("DELETE FROM tenants WHERE created_at < now() - interval '1 hour'")

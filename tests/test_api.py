@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
+import psycopg
 import pytest
 
 from hango.agents import AgentConfig, create_tenant, create_token, load_agent, save_agent
@@ -421,6 +422,42 @@ def test_405_allows_every_method_of_the_path(api_url: str, a: Tenant) -> None:
         assert c.request("DELETE", "/v1/agents/a1").headers["Allow"] == "GET, PUT"
 
 
+def test_a_statement_the_database_refuses_is_500_naming_the_class(db: Database) -> None:
+    """A privilege the app role lacks (revoked here, in a database of the test's own) is not
+    "database unavailable" (503) nor "the model failed" (502): 500 naming the error class and
+    what to check, through every door (a route, a run, the plain GET on the event loop), and
+    not the server's own words (they name tables and statements)."""
+    if db.settings.database_url is not None:
+        pytest.skip("needs a database of its own: the embedded server's (a pooler exposes one)")
+    private = Database(load_settings(database_name="hango_refused_" + uuid.uuid4().hex[:8],
+                                     database_url=db.settings.database_url, data_dir=db.data_dir))
+    try:
+        tenant = create_tenant(private, "refused")
+        save_agent(private, tenant, "a1", AgentConfig())
+        token = create_token(private, tenant, "owner")
+        with private.admin() as conn:
+            conn.execute("REVOKE SELECT ON agent_files FROM hango_app")
+        url, stop = serve_in_thread(create_app(private))
+        try:
+            with http(url, token) as c:
+                answers = [c.get("/v1/agents/a1/files/memories/AGENTS.md"),  # the plain GET
+                           c.get("/v1/agents/a1/files?dir=/"),
+                           c.post("/v1/agents/a1/runs", json={"prompt": "hi"})]
+        finally:
+            stop()
+    finally:
+        private.close()
+        with psycopg.connect(private._maintenance_conninfo, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {private.name} WITH (FORCE)")
+    for response in answers:
+        detail = response.json()["detail"]
+        assert response.status_code == 500, (response.request.url, response.text)
+        assert detail.startswith("the database refused a statement: InsufficientPrivilege "
+                                 "(42501): check the role hango's transactions run as"), detail
+        assert "agent_files" not in detail and "permission denied" not in detail
+        assert "Retry-After" not in response.headers
+
+
 def test_database_unavailable_is_503(db: Database, a: Tenant) -> None:
     broken = Database(db.settings)
     broken.close()  # a pool that can hand out no connection, as when the server is gone
@@ -513,7 +550,7 @@ def test_auth_matrix(
     backend = PostgresBackend(db, a.id, "target")
     if path is not None:
         backend.write(path, "seed")
-    with db.admin() as conn:  # what an earlier case's PUT by the other tenant created
+    with db.admin(b.id) as conn:  # what an earlier case's PUT by the other tenant created
         conn.execute("DELETE FROM agents WHERE tenant_id = %s", [b.id])
     agent = "/v1/agents/target"
     requests = {

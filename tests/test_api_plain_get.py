@@ -193,6 +193,25 @@ def test_the_tenant_the_read_sets_ends_with_its_statement(db: Database) -> None:
         assert conn.execute("SELECT count(*) FROM agent_files").fetchone() == (0,)  # RLS: none
 
 
+def test_the_read_takes_the_app_role_itself_for_its_transaction_only(db: Database) -> None:
+    """``hango_read_file`` is one statement, so nothing can take the app role before it: it
+    takes it itself, for its own transaction only. Called here by the owner (the URL's role, or
+    the embedded server's superuser), inside a transaction: the rest of that transaction runs as
+    ``hango_app``; the next transaction on the same connection as the owner again."""
+    tenant = _tenant(db, "a1")
+    PostgresBackend(db, tenant, "a1").write("/x", "x")
+    token = create_token(db, tenant, "member")
+    with db.admin_connection() as conn:
+        owner = conn.execute("SELECT current_user").fetchone()
+        assert owner != (APP_ROLE,)
+        row = conn.execute("SELECT tenant_id, content FROM hango_read_file(%s, 'a1', '/x', 10)",
+                           [token_digest(token)]).fetchone()
+        assert row == (tenant, b"x")
+        assert conn.execute("SELECT current_user").fetchone() == (APP_ROLE,)
+        conn.commit()
+        assert conn.execute("SELECT current_user").fetchone() == owner
+
+
 def test_a_plain_get_with_the_database_away_is_503(db: Database) -> None:
     tenant = _tenant(db, "a1")
     token = create_token(db, tenant, "member")

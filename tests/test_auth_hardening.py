@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,6 +32,7 @@ from hango.agents import (
     expiry_from,
     list_tokens,
     mint_token,
+    owner_create_token,
     owner_list_tokens,
     principal_for,
     revoke_token,
@@ -238,6 +240,36 @@ def test_last_use_is_recorded_at_most_once_a_minute(db: Database, api_url: str,
                      " WHERE token_id = %s", [token_id])
     assert principal_for(db, token) is not None
     assert row_version()[1] > first[1] - timedelta(seconds=61)
+
+
+def test_concurrent_token_creates_never_pass_the_cap(db: Database, agent: str) -> None:
+    """1,000 tokens a tenant: 12 owners' creates at once, with 995 there, make exactly 5 more.
+    The creates take turns on a lock of their own (the tenant's row is behind row-level security,
+    which holds the schema's owner too: a row lock there would lock no row)."""
+    owner = create_token(db, agent, "owner")
+    with db.admin(agent) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO api_tokens (token_sha256, tenant_id, role) VALUES (%s, %s, "
+                        "'member')", [[token_digest(f"filler-{agent}-{i}"), agent]
+                                      for i in range(994)])
+    made: list[object] = []
+    refused: list[str] = []
+    start = threading.Barrier(12)
+
+    def create() -> None:
+        start.wait()
+        try:
+            made.append(owner_create_token(db, owner, "member"))
+        except psycopg.errors.CheckViolation as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=create) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(made) == 5 and len(refused) == 7, (len(made), refused[:1])
+    assert "already has 1000 tokens" in refused[0]
+    assert len(list_tokens(db, agent)) == 1000
 
 
 def test_owners_manage_their_tokens_over_the_api(db: Database, api_url: str,

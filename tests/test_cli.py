@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -274,9 +275,38 @@ def test_db_status_and_url_on_the_running_server(db: Database) -> None:
         if not db.embedded:
             conn.execute("SET ROLE hango_app")
         row = conn.execute("SELECT current_user, current_database()").fetchone()
-    assert row == ("hango_app", db.settings.database_name)
+    assert row == ("hango_app", db.name)
     psql = hango("db", "psql", "--app", "-Atc", "SELECT current_user")
     assert psql.returncode == 0 and psql.stdout.strip() == "hango_app", psql.stderr
+
+
+def test_db_status_says_what_a_transaction_runs_as(db: Database) -> None:
+    """The server's version as people write it (18.1, not 180001), the role the URL logs in as,
+    the role a transaction of the app runs as, row-level security forced, the budget."""
+    out = hango("db", "status").stdout
+    assert re.search(r"reachable, server \d+\.\d+(\.\d+)?, database " + db.name + r"\n", out), out
+    assert "a transaction of the app runs as: hango_app\n" in out, out
+    forced = re.search(r"row-level security: forced on (\d+) of (\d+) tenant tables", out)
+    assert forced and forced[1] == forced[2] and int(forced[1]) >= 7, out
+    assert "connections: at most 7 per process" in out, out
+
+
+@pytest.mark.parametrize("args", [("db", "start"), ("db", "stop"), ("db", "status"),
+                                  ("tenant", "create", "x"), ("token", "list", "x")])
+def test_no_error_prints_the_password(args: tuple[str, ...]) -> None:
+    url = f"postgresql://someone:hunter2-secret@127.0.0.1:{_free_port()}/teamdb"
+    env = {**{k: v for k, v in os.environ.items() if k != "HANGO_DATABASE_NAME"},
+           "HANGO_DATABASE_URL": url}  # nothing listens there
+    result = subprocess.run([HANGO, *args], capture_output=True, text=True, env=env, timeout=120)
+    said = result.stdout + result.stderr
+    assert result.returncode == 1, said
+    assert "hunter2" not in said and "postgresql://someone:***@127.0.0.1:" in said, said
+    assert "/teamdb" in said and "Traceback" not in said, said
+    doctor = subprocess.run([sys.executable, "-m", "hango.doctor"], capture_output=True,
+                            text=True, env=env, timeout=120)
+    assert "hunter2" not in doctor.stdout + doctor.stderr
+    assert "PROBLEM database: the external server at postgresql://someone:***@" in doctor.stdout
+    assert "not used: HANGO_DATABASE_URL names an external server" in doctor.stdout
 
 
 def test_db_start_stop_on_a_private_data_dir(server_dir: Path) -> None:

@@ -65,7 +65,7 @@ def test_a_server_that_cannot_start_is_one_message_naming_the_folder_and_the_set
     done = _run("from hango.db import Database\nDatabase()\n", data, tmp_path)
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("hango.db.DatabaseError: the embedded PostgreSQL did not start in ")
+    assert last.startswith("hango.db_errors.DatabaseError: the embedded PostgreSQL did not start in ")
     assert "HANGO_DATA_DIR" in last and str(data / "pgdata") in last
     assert "CalledProcessError" not in done.stderr  # the cause is said once, not as a traceback chain
 

@@ -263,9 +263,9 @@ def test_the_pool_recovers_after_a_restart(server: Server, world: tuple[Database
     (``check=ConnectionPool.check_connection``), so none reaches a caller after the restart."""
     db, tenant = world
     with ExitStack() as stack:  # fill the pool with idle connections
-        for _ in range(6):
+        for _ in range(db.pool.max_size):
             stack.enter_context(db.pool.connection())
-    assert db.pool.get_stats()["pool_available"] >= 6
+    assert db.pool.get_stats()["pool_available"] == db.pool.max_size
     server.stop()
     server.start(wait_for_pool=False)  # the reads below are the first to meet the pool
     backend = PostgresBackend(db, tenant, "a1")
@@ -371,3 +371,26 @@ def test_api_write_killed_in_flight_is_503_and_rolled_back(
     assert got.status_code == 200 and got.text == "old" and got.headers["ETag"] == '"1"'
     assert client.put(URL, content="new").json() == {"path": NOTE, "version": 2}
     assert state(db, tenant) == ("new", 2)
+
+
+def test_a_pool_with_no_free_connection_says_so_within_its_timeout(db: Database,
+                                                                   tenant: str) -> None:
+    """Every connection of the pool busy: the next transaction waits its timeout, then fails
+    with a message naming the pool, its size and the settings, instead of hanging."""
+    small = Database(load_settings(database_url=db.settings.database_url,
+                                   database_name=db.settings.database_name, data_dir=db.data_dir,
+                                   database_pool_size=1, database_pool_timeout=1))
+    try:
+        with small.tenant(tenant):
+            started = time.monotonic()
+            with pytest.raises(DatabaseError) as info, small.tenant(tenant):
+                pass
+            assert time.monotonic() - started < 30  # not a hang (the bound is 1 s)
+        message = str(info.value)
+        assert message.startswith("database unavailable: no connection from the pool 'hango' "
+                                  "(HANGO_DATABASE_POOL_SIZE=1) within its timeout "
+                                  "(HANGO_DATABASE_POOL_TIMEOUT)"), message
+        with small.tenant(tenant) as conn:  # free again
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        small.close()

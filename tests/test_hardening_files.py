@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from hango.agent import tools
 from hango.agent.hooks import RunContext
@@ -252,10 +253,11 @@ def _waiting(db: Database, query_like: str, done: threading.Event) -> bool:
     """True once a session of the app role waits on a lock running ``query_like``."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not done.is_set():
-        with db.admin() as conn:
+        with db.admin() as conn:  # the app's sessions log in as hango_app, or as the URL's role
             row = conn.execute(
                 "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND usename = 'hango_app' AND query LIKE %s", [query_like]).fetchone()
+                " AND usename IN ('hango_app', %s) AND query LIKE %s",
+                [conninfo_to_dict(db.app_conninfo).get("user"), query_like]).fetchone()
         if row:
             return True
         time.sleep(0.02)

@@ -26,12 +26,23 @@ import psycopg
 import pytest
 
 from hango.agent.runtime import Agent
-from hango.agents import AgentConfig, create_tenant, create_token, save_agent
+from hango.agents import (
+    AgentConfig,
+    Principal,
+    create_tenant,
+    create_token,
+    drop_tenant,
+    list_tokens,
+    mint_token,
+    principal_for,
+    save_agent,
+)
 from hango.api.app import create_app, serve_in_thread
-from hango.db import APP_ROLE, Database, DatabaseError, EmbeddedServer
+from hango.db import APP_ROLE, Database, DatabaseError, DatabaseRefused, EmbeddedServer
 from hango.fs.backend import PostgresBackend
 from hango.models.simulated import SimulatedModel, tool_call
 from hango.settings import load_settings
+from hango.workshop import provision
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,12 +102,15 @@ def test_hango_sets_itself_up_without_a_superuser(managed: Managed, db: Database
             "SELECT DISTINCT pg_get_userbyid(relowner) FROM pg_class"
             " WHERE relname IN ('tenants', 'agents', 'agent_files', 'api_tokens')").fetchall()
         assert owners == [("provider",)]
-        rls = conn.execute("SELECT bool_and(relrowsecurity) FROM pg_class"
-                           " WHERE relname IN ('tenants', 'agents', 'agent_files')").fetchone()
+        rls = conn.execute("SELECT bool_and(relrowsecurity AND relforcerowsecurity)"
+                           " FROM pg_class WHERE relname IN ('tenants', 'agents',"
+                           " 'agent_files', 'runs', 'proposals')").fetchone()
         assert rls == (True,)
-    with db.pool.connection() as conn:
+    with db.app() as conn:  # each transaction of the app takes the role, for itself only
         assert conn.execute("SELECT current_user, session_user").fetchone() == (APP_ROLE,
                                                                                 "provider")
+    with db.pool.connection() as conn:  # nothing of it is left on the connection
+        assert conn.execute("SELECT current_user").fetchone() == ("provider",)
 
 
 def test_files_rls_api_and_a_run_through_the_url(db: Database) -> None:
@@ -128,14 +142,59 @@ def test_files_rls_api_and_a_run_through_the_url(db: Database) -> None:
 
 
 def test_the_app_role_cannot_hijack_the_lookup_there_either(db: Database) -> None:
-    with db.pool.connection() as conn:
-        conn.autocommit = True
-        for attack in ("CREATE TEMP TABLE api_tokens (x int)",
-                       "CREATE TABLE public.shadow (x int)",
-                       "SELECT pg_read_file('/etc/hostname')"):
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(attack)
-        conn.autocommit = False
+    for attack in ("CREATE TEMP TABLE api_tokens (x int)",
+                   "CREATE TABLE public.shadow (x int)",
+                   "SELECT pg_read_file('/etc/hostname')"):
+        with pytest.raises(DatabaseRefused, match=r"InsufficientPrivilege \(42501\)"), \
+                db.app() as conn:
+            conn.execute(attack)
+
+
+def test_the_owner_too_sees_only_the_tenant_it_names(db: Database) -> None:
+    """Row-level security is forced: an admin transaction of the owner (not a superuser here)
+    with no WHERE clause sees its tenant's rows only, like one of the app; with no tenant, none;
+    across tenants only when it says so (``all_tenants``). The app role gains nothing by
+    setting ``hango.all_tenants`` itself."""
+    a, b = (create_tenant(db, "own-" + uuid.uuid4().hex[:10]) for _ in range(2))
+    for tenant in (a, b):
+        save_agent(db, tenant, "a1", AgentConfig())
+        PostgresBackend(db, tenant, "a1").write("/memories/AGENTS.md", f"of {tenant}")
+    query = "SELECT current_user, array_agg(DISTINCT tenant_id) FROM agent_files"
+    with db.tenant(a) as conn:
+        assert conn.execute(query).fetchone() == (APP_ROLE, [a])
+    with db.admin(a) as conn:
+        assert conn.execute(query).fetchone() == ("provider", [a])
+    with db.admin() as conn:
+        assert conn.execute(query).fetchone() == ("provider", None)
+    with db.admin(all_tenants=True) as conn:
+        found = conn.execute(query + " WHERE tenant_id IN (%s, %s)", [a, b]).fetchone()
+        assert found is not None and sorted(found[1]) == sorted([a, b])
+    with db.app() as conn:
+        conn.execute("SELECT set_config('hango.all_tenants', 'on', true)")
+        assert conn.execute(query).fetchone() == (APP_ROLE, None)
+
+
+def test_admin_paths_work_for_an_owner_that_is_not_a_superuser(managed: Managed,
+                                                               db: Database) -> None:
+    """Tenants, tokens (``hango token list`` included), workshop provisioning across many
+    tenants, dropping a tenant: each admin path names its tenant, or all of them."""
+    seats = provision(db, 12, prefix="ws-" + uuid.uuid4().hex[:6]).seats
+    assert len(seats) == 12
+    for seat in seats[:3]:
+        assert PostgresBackend(db, seat.tenant, seat.agent).ls("/") == []
+        assert principal_for(db, seat.token) == Principal(seat.tenant, "owner")
+    tenant = seats[0].tenant
+    _, token_id = mint_token(db, tenant, "member", "ci")
+    assert [t.token_id for t in list_tokens(db, tenant) if t.role == "member"] == [token_id]
+    env = {**os.environ, "HANGO_DATABASE_URL": managed.url("provider"),
+           "HANGO_DATABASE_NAME": "hango_provided"}
+    listed = subprocess.run([str(Path(sys.executable).with_name("hango")), "token", "list",
+                             tenant], capture_output=True, text=True, env=env, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert token_id in listed.stdout and "workshop" in listed.stdout
+    drop_tenant(db, tenant)
+    with db.admin(tenant) as conn:
+        assert conn.execute("SELECT count(*) FROM agents").fetchone() == (0,)
 
 
 def test_a_database_it_creates_itself(managed: Managed, db: Database) -> None:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
+from psycopg.errors import DeadlockDetected
 
 from hango.agent import proposals
 from hango.agent.runtime import Agent
@@ -480,8 +480,10 @@ def _kill_when_waiting(db: Database, lock_sql: str, params: list[Any], action: A
     """Hold a row lock, start ``action`` (it waits on the lock), terminate its session: an
     outage that lands inside its transaction, exactly."""
     caught: list[BaseException] = []
-    with psycopg.connect(db.admin_conninfo) as holder:
+    with db.admin(params[0]) as holder:  # the owner, in the tenant (row-level security)
         holder.execute(lock_sql, params)
+        # the server's own pid (behind a pooler, the client's backend_pid is the pooler's)
+        held_by = holder.execute("SELECT pg_backend_pid()").fetchone()
 
         def go() -> None:
             try:
@@ -491,11 +493,11 @@ def _kill_when_waiting(db: Database, lock_sql: str, params: list[Any], action: A
 
         thread = threading.Thread(target=go)
         thread.start()
-        with psycopg.connect(db.admin_conninfo, autocommit=True) as watcher:
+        with db.admin_connection(autocommit=True) as watcher:
             for _ in range(2000):
                 row = watcher.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND usename = 'hango_app'").fetchone()
+                    "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                    held_by).fetchone()
                 if row:
                     watcher.execute("SELECT pg_terminate_backend(%s)", [row[0]])
                     break
@@ -695,7 +697,7 @@ def test_concurrent_proposers_lose_no_run(db: Database) -> None:
     assert len(answers) == 100
     assert [(code, out.get("status")) for _, code, out in answers if code != 201 or
             out["status"] != "interrupted"] == []
-    with psycopg.connect(db.admin_conninfo) as conn:
+    with db.admin(tid) as conn:  # the owner, in the tenant (row-level security)
         rows = conn.execute(
             """SELECT r.run_id, r.status, p.proposal_id, p.proposed_by FROM runs r
                  LEFT JOIN proposals p ON p.tenant_id = r.tenant_id AND p.run_id = r.run_id
@@ -806,7 +808,7 @@ def test_a_proposal_over_the_body_cap_but_under_the_file_cap_can_be_approved(db:
 
 def _sql_file(db: Database, tenant: str, path: str, content: bytes) -> None:
     """A file written around the write path (a file from before the text rule, a bulk load)."""
-    with psycopg.connect(db.admin_conninfo) as conn:
+    with db.admin(tenant) as conn:  # the owner, in the tenant (row-level security)
         conn.execute("INSERT INTO agent_files (tenant_id, agent_id, path, content, size) "
                      "VALUES (%s, 'a1', %s, %s, %s)", [tenant, path, content, len(content)])
 
@@ -856,21 +858,22 @@ def test_a_deadlock_that_still_happens_is_409_with_retry_after(db: Database, t: 
     unavailable", with the processes and transactions of the DETAIL)."""
     t.owner.put("/files/notes/a.txt", content="a")
     caught: list[httpx.Response] = []
-    with psycopg.connect(db.admin_conninfo) as holder:
+    with db.admin(t.id) as holder:
         # The lock the file-or-directory trigger takes for /notes/..., held here first.
         holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                        [f"{t.id}/a1/notes"])
+        # the server's own pid (behind a pooler, the client's backend_pid is the pooler's)
+        held_by = holder.execute("SELECT pg_backend_pid()").fetchone()
         writer = threading.Thread(target=lambda: caught.append(
             t.owner.put("/files/notes/b.txt", content="b")))
         writer.start()
-        with psycopg.connect(db.admin_conninfo, autocommit=True) as watcher:
+        with db.admin_connection(autocommit=True) as watcher:
             deadline = time.monotonic() + 60
             while not watcher.execute("SELECT 1 FROM pg_stat_activity WHERE %s = ANY("
-                                      "pg_blocking_pids(pid))",
-                                      [holder.info.backend_pid]).fetchone():
+                                      "pg_blocking_pids(pid))", held_by).fetchone():
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
-        with contextlib.suppress(psycopg.errors.DeadlockDetected):
+        with contextlib.suppress(DeadlockDetected):
             holder.execute("LOCK TABLE agent_files IN ACCESS EXCLUSIVE MODE")  # waits on it
         holder.rollback()
         writer.join(60)

@@ -20,7 +20,8 @@ from typing import Any, ClassVar, Protocol
 
 from psycopg.types.json import Json
 
-from hango.db import Contention, Database
+from hango.db import Database
+from hango.db_errors import Contention
 from hango.errors import HangoError
 from hango.models.base import (
     Block,

@@ -24,7 +24,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hango.agents import ID_PATTERN, Principal, agent_exists, principal_for
 from hango.api.plain_get import file_response, plain_get, read_as
-from hango.db import Contention, Database, DatabaseError, aborted, get_database
+from hango.db import Database, DatabaseError, get_database
+from hango.db_errors import Contention, aborted
 from hango.errors import HangoError
 from hango.fs.backend import PostgresBackend
 from hango.settings import Settings
@@ -229,10 +230,12 @@ async def hango_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def unavailable(exc: Exception) -> JSONResponse:
-    """The database is away: 503, and when to try again; a transaction it aborted to break a
-    deadlock: 409, try again. Never PostgreSQL's DETAIL or CONTEXT (they can quote rows)."""
+    """The database is away (503, and when to try again), aborted a transaction to break a
+    deadlock (409, try again), or refused what hango sent (:class:`hango.db.DatabaseRefused`:
+    500 naming the error class and what to check). Never PostgreSQL's DETAIL or CONTEXT (they
+    can quote rows)."""
     if aborted(exc):
         exc = Contention()
     if not isinstance(exc, DatabaseError):
         exc = DatabaseError(f"database unavailable: {exc}")
-    return JSONResponse(exc.body(), exc.status, headers=exc.headers())
+    return JSONResponse(exc.body(), exc.status, headers=exc.headers() or None)

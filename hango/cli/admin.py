@@ -78,7 +78,7 @@ def _print_tokens(db: Database, tenant: str) -> None:
     def when(moment: datetime | None, none: str) -> str:
         return none if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    with db.admin() as conn:
+    with db.admin(tenant) as conn:
         if conn.execute("SELECT 1 FROM tenants WHERE tenant_id = %s", [tenant]).fetchone() is None:
             raise _missing_tenant(tenant)
     print("\t".join(("id", "role", "label", "created", "last_used", "expires")))

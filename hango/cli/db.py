@@ -10,15 +10,15 @@ import argparse
 import os
 import signal
 import subprocess
-from typing import Any
-from urllib.parse import quote, urlencode
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from hango import embedded
 from hango.cli.common import CliError, open_db, say
-from hango.db import APP_ROLE
+from hango.db import APP_ROLE, database_name
+from hango.db_errors import hide_password, server_said, url_of
+from hango.doctor import connection_budget, status
 from hango.settings import MAX_WORKERS, Settings
 
 
@@ -40,7 +40,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     if host not in ("127.0.0.1", "localhost", "::1"):
         say(f"warning: serving on {host}: bearer tokens travel in clear over plain HTTP")
     say(f"hango files API on http://{host}:{port}  (docs: /docs; database: "
-         f"{'embedded' if db.embedded else 'external'} {settings.database_name}"
+         f"{'embedded' if db.embedded else 'external'} {db.name}"
          f"{f'; {workers} worker processes' if workers > 1 else ''})")
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it; exit cleanly instead, so the
     # database handle is released (the embedded server stops when its last user leaves).
@@ -49,7 +49,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         if workers > 1:
             # Each worker is a new process that imports the app and opens its own pool, from
             # the same HANGO_* environment; this one keeps the socket, the workers and the
-            # embedded server's handle (and stops the workers on SIGTERM or Ctrl-C).
+            # embedded server's handle (and stops the workers on SIGTERM or Ctrl-C), and holds
+            # no connection.
+            db.close()
             uvicorn.run("hango.api.app:worker_app", factory=True, host=host, port=port,
                         workers=workers, log_level=args.log_level)
             return 0
@@ -94,30 +96,16 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 # --- db ----------------------------------------------------------------------------------------
 
 
-def _url(params: dict[str, Any]) -> str:
-    """A ``postgresql://`` URL from conninfo parameters (a socket directory goes in the query)."""
-    rest = {k: str(v) for k, v in params.items() if v not in (None, "")}
-    user, password = rest.pop("user", ""), rest.pop("password", "")
-    host, port, dbname = rest.pop("host", ""), rest.pop("port", ""), rest.pop("dbname", "")
-    auth = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
-    netloc = auth + "@" if auth else ""
-    if host and not host.startswith("/") and "," not in host:
-        netloc += host + (f":{port}" if port else "")
-    else:
-        rest = {**({"host": host} if host else {}), **({"port": port} if port else {}), **rest}
-    query = urlencode(rest, safe="/")
-    return f"postgresql://{netloc}/{quote(dbname, safe='')}" + (f"?{query}" if query else "")
-
-
 def _app_url(settings: Settings) -> str:
     if settings.database_url is not None:
-        # The app connects with these credentials and switches to hango_app with SET ROLE.
-        return _url({**conninfo_to_dict(settings.database_url), "dbname": settings.database_name})
+        # The app connects with these credentials; each of its transactions takes hango_app.
+        return url_of({**conninfo_to_dict(settings.database_url),
+                       "dbname": database_name(settings)}, password=True)
     info = embedded.postmaster(embedded.pgdata_of(settings))
     if info is None:
         raise CliError("the embedded server is not running; start it with `hango db start`")
-    return _url({"user": APP_ROLE, "dbname": settings.database_name,
-                 "host": str(info.socket_dir), "port": info.port})
+    return url_of({"user": APP_ROLE, "dbname": database_name(settings),
+                   "host": str(info.socket_dir), "port": info.port}, password=True)
 
 
 def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
@@ -129,27 +117,20 @@ def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
     if action == "psql":
         return _psql(args, settings)
     if external:
-        where = _url(conninfo_to_dict(settings.database_url or ""))
+        where = hide_password(_app_url(settings))
         if action in ("start", "stop"):
             raise CliError(f"HANGO_DATABASE_URL is set: the server is external ({where}); "
                            f"hango does not {action} it")
-        try:
-            with psycopg.connect(settings.database_url or "", connect_timeout=5) as conn:
-                version = conn.info.server_version
-        except psycopg.OperationalError as exc:
-            print(f"external PostgreSQL (HANGO_DATABASE_URL): unreachable: {exc}".strip())
-            return 1
-        print(f"external PostgreSQL (HANGO_DATABASE_URL): reachable, server {version}, "
-              f"database {settings.database_name}")
-        return 0
+        return _status(f"external PostgreSQL ({where})", _app_url(settings), settings)
     pgdata = embedded.pgdata_of(settings)
     if action == "start":
         # pinned: this process leaving, or the last notebook or server leaving, does not stop
         # it; `hango db stop` does.
         server = embedded.start_pinned(pgdata)
-        open_db(settings).close()  # creates the database and applies the schema
+        db = open_db(settings)  # creates the database and applies the schema
+        db.close()
         print(f"embedded PostgreSQL running (pid {server.get_pid()}), data {pgdata}, "
-              f"database {settings.database_name}; stop it with `hango db stop`")
+              f"database {db.name}; stop it with `hango db stop`")
         return 0
     if action == "status":
         info = embedded.postmaster(pgdata)
@@ -162,13 +143,43 @@ def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
         held = ("pinned by `hango db start`" if embedded.PIN in using else
                 "stops when the last process using it exits" if count else
                 "by no live process (its last user was killed): `hango db stop` stops it")
-        print(f"embedded PostgreSQL: running (pid {info.pid}), data {pgdata}, "
-              f"socket {info.socket_dir}, database {settings.database_name}; used by "
-              f"{count} process(es), {held}")
-        return 0
+        return _status(f"embedded PostgreSQL: running (pid {info.pid}), data {pgdata}, "
+                       f"socket {info.socket_dir}; used by {count} process(es), {held}",
+                       _app_url(settings), settings)
     assert action == "stop"
     print("embedded PostgreSQL stopped" if embedded.stop(pgdata) else
           "embedded PostgreSQL was not running")
+    return 0
+
+
+def _status(server: str, app_url: str, settings: Settings) -> int:
+    """``hango db status``: the server, and what a transaction of the app runs as."""
+    name = database_name(settings)
+    try:
+        found = status(app_url, settings)
+    except psycopg.OperationalError as exc:
+        said = server_said(exc)
+        if f'database "{name}" does not exist' in said:
+            print(f"{server}: reachable; database {name} does not exist yet (hango creates it "
+                  "at its first start, if the URL's role may)")
+            return 1
+        print(f"{server}: unreachable: {said}")
+        return 1
+    except psycopg.Error as exc:
+        print(f"{server}: reachable, but a transaction of the app could not start: "
+              f"{type(exc).__name__}: {server_said(exc)}")
+        return 1
+    print(f"{server}: reachable, server {found.version}, database {name}")
+    print(f"  connects as: {found.login}" + (" (a superuser: it bypasses row-level security)"
+                                              if found.superuser else " (not a superuser)"))
+    if not found.set_up:
+        print("  hango is not set up in this database yet: its first start does it")
+        return 0
+    print(f"  a transaction of the app runs as: {found.app_role}")
+    print(f"  row-level security: forced on {found.forced} of {found.tables} tenant tables")
+    print(f"  pooler: HANGO_DATABASE_POOLER={settings.database_pooler} (prepared statements "
+          f"{'off' if settings.database_pooler == 'transaction' else 'on'})")
+    print(f"  connections: {connection_budget(settings)}")
     return 0
 
 

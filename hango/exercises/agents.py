@@ -61,7 +61,7 @@ def _07_3(course: Course, sql: str | None = None, tenant_b: str = "nb-07-b") -> 
         raise NotYet("pass your counting query as sql='SELECT ... agent_files ...'")
     if tenant_b == course.tenant:
         raise NotYet("tenant_b is tenant A itself: pass the id of the second tenant")
-    with course.db.admin() as conn:  # RLS hides the tenants table too: ask as the administrator
+    with course.db.admin(tenant_b) as conn:  # RLS hides the tenants table: ask as its admin
         exists = conn.execute("SELECT 1 FROM tenants WHERE tenant_id = %s", [tenant_b]).fetchone()
     if exists is None:
         raise NotYet(f"there is no tenant {tenant_b!r}: create it first (create_tenant). A tenant "

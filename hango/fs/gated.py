@@ -15,10 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, LiteralString
 
-import psycopg
 from psycopg import sql
 
-from hango.db import DatabaseError
+from hango.db import BEGIN_APP
 from hango.fs.path import clean, clean_dir
 
 if TYPE_CHECKING:
@@ -27,6 +26,13 @@ if TYPE_CHECKING:
 # The cut the ``skill_head`` generated column holds (schema.sql): the first 16384 bytes of each
 # SKILL.md, ended after the first line that is exactly ``---``. The skills middleware's arguments.
 SKILL_HEAD = ("SKILL.md", 16384, (b"\n---\n", b"\n---\r\n"))
+
+
+# The app role and the tenant (db.BEGIN_APP); with prepared statements (psycopg prepares a
+# statement on its fifth use), a generic plan too: re-planning them each time cost more than the
+# gated run itself (0.2 of 0.27 ms). Behind a transaction-mode pooler they are off (db.py).
+_BEGIN_GENERIC: LiteralString = (
+    BEGIN_APP + ", set_config('plan_cache_mode', 'force_generic_plan', true)")
 
 
 @dataclass(frozen=True)
@@ -151,9 +157,10 @@ def read_if_changed(backend: PostgresBackend,
     """For each read: the agent's change counter, and the rows when ``known`` is not that
     counter (``None`` when it is: the database skipped the read, nothing was sent).
 
-    ONE protocol round trip, whatever changed: the tenant and every read go out together in
-    pipeline mode with a single Sync, which makes them one implicit transaction (the tenant
-    set with ``set_config(..., true)`` holds until that Sync, then is gone). Each read returns
+    ONE protocol round trip, whatever changed: the app role, the tenant and every read go out
+    together in pipeline mode with a single Sync, which makes them one implicit transaction
+    (the role and tenant set with ``set_config(..., true)`` hold until that Sync, then are
+    gone). Each read returns
     the counter it was gated on from its own snapshot, so its rows are never older than the
     counter they are cached under. Rows come back sorted by path.
     """
@@ -165,33 +172,22 @@ def read_if_changed(backend: PostgresBackend,
              LEFT JOIN LATERAL (SELECT * FROM ({}) AS s
                                  WHERE c.counter IS DISTINCT FROM %(known)s
                                 OFFSET 0) AS q ON true""")  # OFFSET 0: a gate, not a filter
-    try:
-        with backend.db.pool.connection() as conn:
-            # autocommit for the duration, so that psycopg adds no BEGIN or COMMIT of its own
-            # (each would sync the pipeline).
-            conn.autocommit = True
-            try:
-                with conn.pipeline():
-                    # A generic plan: these statements are prepared (psycopg does it
-                    # after 5 uses), and re-planning them each time cost more than the
-                    # gated run itself (0.2 of 0.27 ms).
-                    conn.execute("SELECT set_config('hango.tenant_id', %s, true),"
-                                 " set_config('plan_cache_mode', 'force_generic_plan', true)",
-                                 [backend.tenant_id])
-                    cursors = [conn.execute(gate.format(r.query), {**r.params, "known": r.known},
-                                            binary=True) for r in reads]
-            finally:
-                conn.autocommit = False
-            out: list[tuple[int, list[FileData] | None]] = []
-            for read, cur in zip(reads, cursors, strict=True):
-                rows = cur.fetchall()
-                counter = int(rows[0][0])
-                if read.known == counter:
-                    out.append((counter, None))
-                else:
-                    found = sorted((r[1:] for r in rows if r[1] is not None),
-                                   key=lambda r: str(r[0]))
-                    out.append((counter, backend._rows(found, lenient=read.lenient)))
-    except psycopg.OperationalError as exc:
-        raise DatabaseError(f"database unavailable: {exc}".strip()) from exc
+    db = backend.db
+    # autocommit (statement()), so that psycopg adds no BEGIN or COMMIT of its own (each would
+    # sync the pipeline)
+    with db.statement() as conn:
+        with conn.pipeline():
+            conn.execute(_BEGIN_GENERIC if db.prepared else BEGIN_APP, [backend.tenant_id])
+            cursors = [conn.execute(gate.format(r.query), {**r.params, "known": r.known},
+                                    binary=True) for r in reads]
+        out: list[tuple[int, list[FileData] | None]] = []
+        for read, cur in zip(reads, cursors, strict=True):
+            rows = cur.fetchall()
+            counter = int(rows[0][0])
+            if read.known == counter:
+                out.append((counter, None))
+            else:
+                found = sorted((r[1:] for r in rows if r[1] is not None),
+                               key=lambda r: str(r[0]))
+                out.append((counter, backend._rows(found, lenient=read.lenient)))
     return out
