@@ -94,6 +94,11 @@ class Settings(BaseSettings):
                        "HTTP: hango-sim-1 (offline) or a claude-* name (needs the anthropic extra "
                        "and ANTHROPIC_API_KEY).")
     run_max_seconds: float = Field(default=120.0, gt=0, le=3600)
+    # Runs over HTTP (hango/api/run_limits.py), per server process: the threads runs wait on
+    # their model in (the file routes keep anyio's default threads), and how many runs one
+    # tenant may have in progress at once (one more is 429).
+    run_threads: int = Field(default=32, ge=1, le=1024)
+    tenant_max_runs: int = Field(default=8, ge=1, le=1024)
 
     @field_validator("memory_default_sources", "skills_default_sources", mode="before")
     @classmethod

@@ -29,6 +29,7 @@ from hango.agent.runs import summary
 from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, load_agent
 from hango.api.deps import ErrorBody, _Agent, _agent
+from hango.api.run_limits import RunLimits
 from hango.db import DatabaseError
 from hango.fs.path import WRITERS
 from hango.models.base import Model
@@ -172,10 +173,25 @@ def _out(result: dict[str, Any], run_id: str, status: str) -> RunOut:
 # --- runs --------------------------------------------------------------------------------------
 
 
+def _limits(request: Request) -> RunLimits:
+    """This process's run threads and per-tenant counts (:mod:`hango.api.run_limits`)."""
+    state = request.app.state
+    if getattr(state, "hango_run_limits", None) is None:
+        settings: Settings = state.hango_settings
+        state.hango_run_limits = RunLimits(settings.run_threads, settings.tenant_max_runs)
+    limits: RunLimits = state.hango_run_limits
+    return limits
+
+
 @router.post("/agents/{agent_id}/runs", summary="Run the agent in the server (any role)",
-             response_model=RunOut, status_code=201, responses=_err(413, 502))
-def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
-               body: RunBody) -> RunOut:
+             response_model=RunOut, status_code=201, responses=_err(413, 429, 502))
+async def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
+                     body: RunBody) -> RunOut:
+    return await _limits(request).run(agent.principal.tenant_id,
+                                      lambda: _create_run(request, agent, body))
+
+
+def _create_run(request: Request, agent: _Agent, body: RunBody) -> RunOut:
     # The config, read once: it tells that the agent exists, and the run uses it.
     config = load_agent(agent.db, agent.principal.tenant_id, agent.agent_id)
     if config is None:
@@ -201,9 +217,14 @@ def get_run(agent: Annotated[_Agent, Depends(_agent)], run_id: RunId) -> RunOut:
 
 @router.post("/agents/{agent_id}/runs/{run_id}/resume",
              summary="Continue an interrupted run once its proposal is decided (any role)",
-             response_model=RunOut, responses=_err(409, 502))
-def resume_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
-               run_id: RunId) -> RunOut:
+             response_model=RunOut, responses=_err(409, 429, 502))
+async def resume_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
+                     run_id: RunId) -> RunOut:
+    return await _limits(request).run(agent.principal.tenant_id,
+                                      lambda: _resume_run(request, agent, run_id))
+
+
+def _resume_run(request: Request, agent: _Agent, run_id: RunId) -> RunOut:
     try:
         result = _server_agent(request, agent).resume(run_id)
     except (runs.RunError, DatabaseError, HTTPException):  # RunError: 404 or 409 (deps.py)
