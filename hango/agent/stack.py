@@ -1,6 +1,7 @@
 """The middleware stack: chain order decides where every system block lands.
 
-System blocks are assembled at model-call time, in chain order, after the agent's base prompt.
+System blocks are assembled at model-call time, in chain order, after the tenant's cache scope
+and the agent's base prompt.
 The ``PromptCache`` middleware marks the breakpoint on the last block contributed before it, so
 the slot a middleware sits in decides whether its blocks are cached:
 
@@ -32,7 +33,7 @@ from hango.agent.hooks import (
     ToolWrapper,
 )
 from hango.agent.memory import MemoryMiddleware
-from hango.agent.promptcache import PromptCache
+from hango.agent.promptcache import PromptCache, tenant_scope
 from hango.agent.skills import SkillsMiddleware
 from hango.agent.subagent import Parent, SubagentMiddleware
 from hango.agent.tools import FilesystemMiddleware
@@ -70,8 +71,9 @@ class Stack:
 
     def build_request(self, ctx: RunContext, messages: Sequence[Message], tools: dict[str, Tool],
                       model: str) -> Request:
-        """Assemble the system blocks in chain order and record the breakpoint's index."""
-        blocks: list[Block] = [Block(ctx.config.system_prompt, "system_prompt")]
+        """Assemble the system blocks in chain order and record the breakpoint's index. The
+        tenant's cache scope comes first (see :mod:`hango.agent.promptcache`)."""
+        blocks = [tenant_scope(ctx.tenant_id), Block(ctx.config.system_prompt, "system_prompt")]
         breakpoints: list[Breakpoint] = []
         for mw in self.middlewares:
             if isinstance(mw, BreakpointMarker) and mw.marks_breakpoint:
