@@ -94,6 +94,10 @@ class Settings(BaseSettings):
                        "HTTP: hango-sim-1 (offline) or a claude-* name (needs the anthropic extra "
                        "and ANTHROPIC_API_KEY).")
     run_max_seconds: float = Field(default=120.0, gt=0, le=3600)
+    # One budget for a run and all its subagents' runs (hango/agent/hooks.py Budget): the
+    # deadline above and this many model calls; and at most this many task calls in one turn.
+    run_max_model_calls: int = Field(default=100, ge=1, le=100_000)
+    subagent_max_tasks_per_turn: int = Field(default=4, ge=1, le=1000)
     # Runs over HTTP (hango/api/run_limits.py), per server process: the threads runs wait on
     # their model in (the file routes keep anyio's default threads), and how many runs one
     # tenant may have in progress at once (one more is 429).

@@ -4,7 +4,8 @@ One run::
 
     before_run hooks, in chain order          (features publish what they measured in
                                                ctx.attributes; the runtime knows no names)
-    repeat until a final answer, max_steps or HANGO_RUN_MAX_SECONDS:
+    repeat until a final answer, max_steps, or the run's budget is spent (HANGO_RUN_MAX_SECONDS,
+    HANGO_RUN_MAX_MODEL_CALLS: one budget for the run and every subagent run below it):
         assemble the request                  (system blocks in chain order, breakpoint recorded)
         call the model through the wrappers   (PromptCache adds the conversation breakpoint)
         run each tool call                    (allowlist first; a refusal is a tool error)
@@ -23,7 +24,6 @@ the interrupted one, so its prefix is byte-identical and the provider reads it f
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -32,7 +32,7 @@ from typing import Any
 from opentelemetry import trace
 
 from hango.agent import proposals, runs
-from hango.agent.hooks import AttributeValue, Event, Interrupt, RunContext, Tool
+from hango.agent.hooks import AttributeValue, Budget, Event, Interrupt, RunContext, Tool
 from hango.agent.stack import Stack, default_stack
 from hango.agents import AgentConfig, load_agent
 from hango.db import Database, DatabaseError
@@ -73,7 +73,7 @@ class RunResult:
 
     text: str
     run_id: str
-    stop_reason: str  # "final", "max_steps", "time_limit" or "interrupted"
+    stop_reason: str  # "final", "max_steps", "time_limit", "call_limit" or "interrupted"
     messages: list[Message]
     requests: list[Request] = field(default_factory=list)  # exactly what the model received
     responses: list[Response] = field(default_factory=list)
@@ -133,6 +133,7 @@ class Agent:
         extra_tools: Sequence[Tool] = (),
         run_ids: Callable[[], str] | None = None,
         lineage: tuple[str, ...] = (),
+        budget: Budget | None = None,
     ) -> None:
         self.db = db
         self.tenant_id = tenant_id
@@ -146,6 +147,7 @@ class Agent:
         self._stack_builder = stack or default_stack
         self._run_ids = run_ids or (lambda: uuid.uuid4().hex[:16])
         self.lineage = lineage  # the agents whose task calls led here, outermost first
+        self.budget = budget  # a subagent spends the budget of the run that started it
 
     def load_config(self) -> AgentConfig:
         """The agent's config with the tenant defaults resolved (``reserved_writes``)."""
@@ -195,6 +197,8 @@ class Agent:
             tenant_id=self.tenant_id, agent_id=self.agent_id, config=config,
             backend=PostgresBackend(self.db, self.tenant_id, self.agent_id),
             run_id=run_id, allowlist=frozenset(config.tools), telemetry=self.telemetry,
+            budget=self.budget or Budget(self.settings.run_max_seconds,
+                                         self.settings.run_max_model_calls),
         )
         tel = self.telemetry
         with tel.span(SPAN_RUN, **{"gen_ai.agent.name": self.agent_id,
@@ -226,9 +230,9 @@ class Agent:
                            events=ctx.events, attributes=ctx.attributes)
         steps = 0 if saved is None else int(saved["steps"])
         frozen: tuple[tuple[Block, ...], tuple[Breakpoint, ...]] | None = None
-        deadline = time.monotonic() + self.settings.run_max_seconds
 
         def innermost(request: Request) -> Response:
+            ctx.budget.model_calls += 1
             with self.telemetry.chat_span(request, self.model.provider) as span:
                 response = self.model.complete(request)
                 self.telemetry.record_chat(span, response, model=request.model,
@@ -252,10 +256,10 @@ class Agent:
             while True:
                 if steps >= config.max_steps:
                     break
-                if time.monotonic() > deadline:
-                    result.stop_reason = "time_limit"
-                    ctx.warn(f"run stopped after HANGO_RUN_MAX_SECONDS="
-                             f"{self.settings.run_max_seconds:g} s")
+                spent = ctx.budget.spent()  # time or model calls, the subagents' included
+                if spent is not None:
+                    result.stop_reason = spent[0]
+                    ctx.warn(spent[1])
                     break
                 request = stack.build_request(ctx, messages, tools, self.model.name)
                 if frozen is None:
@@ -333,12 +337,15 @@ class Agent:
             raise interrupted
         return result
 
-    def child(self, agent_id: str, lineage: tuple[str, ...] = ()) -> Agent:
-        """A subagent: built from its own config, its own namespace, its own (empty) state."""
+    def child(self, agent_id: str, lineage: tuple[str, ...] = (),
+              budget: Budget | None = None) -> Agent:
+        """A subagent: built from its own config, its own namespace, its own (empty) state; it
+        spends ``budget``, the run's that started it (its deadline and model calls)."""
         return Agent(self.db, self.tenant_id, agent_id,
                      self.child_models.get(agent_id, self.model), stack=self._stack_builder,
                      telemetry=self.telemetry, settings=self.settings,
-                     child_models=self.child_models, run_ids=self._run_ids, lineage=lineage)
+                     child_models=self.child_models, run_ids=self._run_ids, lineage=lineage,
+                     budget=budget)
 
 
 def _execute(ctx: RunContext, tool: Tool, call: ToolCall) -> ToolResult:
