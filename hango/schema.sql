@@ -526,3 +526,16 @@ CREATE OR REPLACE FUNCTION hango_skill_head_v1(path text, content bytea) RETURNS
     $$;
 ALTER TABLE agent_files ADD COLUMN IF NOT EXISTS skill_head bytea
     GENERATED ALWAYS AS (hango_skill_head_v1(path, content)) STORED;
+
+-- ===== retention of runs and proposals (hango/retention.py) =======================================
+-- A sweep deletes ended runs past HANGO_RUNS_KEEP_DAYS or beyond the newest HANGO_RUNS_KEEP_MAX of
+-- a tenant (their proposals go with them, by the foreign key's cascade), and then writes the
+-- tenant's count of runs and their bytes here, with when it swept. Counted at the sweep, not by
+-- a trigger: a trigger would lock this row in every run's transaction.
+ALTER TABLE tenant_usage ADD COLUMN IF NOT EXISTS runs bigint NOT NULL DEFAULT 0;
+ALTER TABLE tenant_usage ADD COLUMN IF NOT EXISTS run_bytes bigint NOT NULL DEFAULT 0;
+ALTER TABLE tenant_usage ADD COLUMN IF NOT EXISTS runs_swept_at timestamptz;
+CREATE INDEX IF NOT EXISTS runs_ended ON runs (tenant_id, updated_at)
+    WHERE status IN ('done', 'failed');
+-- The cascade from a deleted run finds its proposals by this index, not by a scan of them all.
+CREATE INDEX IF NOT EXISTS proposals_run ON proposals (tenant_id, run_id);

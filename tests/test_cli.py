@@ -265,3 +265,12 @@ def test_db_start_stop_on_a_private_data_dir(server_dir: Path) -> None:
         stopped = hango("db", "stop", env=env)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
     assert hango("db", "status", env=env).returncode == 1
+
+
+def test_db_sweep_sweeps_once_and_bounds_its_tenants(db: Database) -> None:
+    done = hango("db", "sweep", "--tenants", "5")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("swept ") and " tenants: deleted " in done.stdout
+    refused = hango("db", "sweep", "--tenants", "0")
+    assert refused.returncode != 0
+    assert "--tenants must be from 1 to 100000, got 0" in refused.stderr

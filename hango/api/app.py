@@ -37,15 +37,18 @@ Bounds (issue 10):
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
+import anyio.to_thread
 import psycopg
 import uvicorn
+from anyio import CapacityLimiter
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
@@ -56,12 +59,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hango import retention
 from hango.agents import check_default_sources
 from hango.api import agents, files, runs
-from hango.api.deps import Authenticate, hango_error, unavailable
-from hango.db import Database, get_database
+from hango.api.deps import Authenticate, _db_of, hango_error, unavailable
+from hango.db import Database, DatabaseError, get_database
 from hango.errors import HangoError
 from hango.settings import Settings, get_settings
+
+log = logging.getLogger("hango")
 
 # The layout: this module builds the app (middleware, error handlers, routers) and serves it;
 # deps.py is the request context (database, token, agent) and the one error mapping;
@@ -126,8 +132,11 @@ def _validation_message(exc: RequestValidationError) -> str:
 # --- the app -----------------------------------------------------------------------------------
 
 
-def create_app(db: Database | None = None, settings: Settings | None = None) -> FastAPI:
+def create_app(db: Database | None = None, settings: Settings | None = None, *,
+               sweep: bool = False) -> FastAPI:
     """The files API over ``db`` (default: the process-wide database, opened on first use).
+    ``sweep``: also run the retention sweep every ``HANGO_RUNS_SWEEP_SECONDS`` (``hango serve``
+    does; a test or a notebook serving an app of its own does not).
 
     Raises :class:`~hango.settings.SettingsError` when a tenant-default source breaks a path rule:
     every run over HTTP would read it."""
@@ -137,7 +146,13 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.hango_loop = asyncio.get_running_loop()  # its plain GETs may pool on it
+        sweeper = (asyncio.create_task(_sweep_every(app, settings.runs_sweep_seconds))
+                   if sweep and settings.runs_sweep_seconds > 0 else None)
         yield
+        if sweeper is not None:
+            sweeper.cancel()
+            with suppress(asyncio.CancelledError):
+                await sweeper
         app.state.hango_loop = None
         opened: Database | None = app.state.hango_db
         if opened is not None:
@@ -189,10 +204,24 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     return app
 
 
+async def _sweep_every(app: FastAPI, seconds: float) -> None:
+    """The retention sweep (:mod:`hango.retention`), every ``seconds``, on a thread of its own."""
+    one = CapacityLimiter(1)
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            swept = await anyio.to_thread.run_sync(
+                lambda: retention.sweep(_db_of(app), app.state.hango_settings), limiter=one)
+        except (DatabaseError, psycopg.Error) as exc:
+            log.warning("hango: the retention sweep failed, next in %g s: %s", seconds, exc)
+        else:
+            log.info("hango: %s", swept)
+
+
 def worker_app() -> FastAPI:
     """The app of one ``hango serve --workers N`` process: its own pool, opened before it
     serves, on the database and settings of the environment it inherited."""
-    return create_app(get_database())
+    return create_app(get_database(), sweep=True)
 
 
 def serve_in_thread(

@@ -52,7 +52,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             uvicorn.run("hango.api.app:worker_app", factory=True, host=host, port=port,
                         workers=workers, log_level=args.log_level)
             return 0
-        app = create_app(db, settings)
+        app = create_app(db, settings, sweep=True)
         if args.metrics:  # Prometheus text format for a scraper on this machine (loopback only)
             from opentelemetry import metrics
 
@@ -110,6 +110,17 @@ def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if action == "psql":
         return _psql(args, settings)
+    if action == "sweep":
+        from hango.retention import sweep
+
+        if not 1 <= args.tenants <= 100_000:
+            raise CliError(f"--tenants must be from 1 to 100000, got {args.tenants}")
+        db = open_db(settings)
+        try:
+            print(sweep(db, settings, tenants=args.tenants))
+        finally:
+            db.close()
+        return 0
     if external:
         where = _url(conninfo_to_dict(settings.database_url or ""))
         if action in ("start", "stop"):
