@@ -14,12 +14,13 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import psycopg
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
 
 from hango.db import Database
+from hango.errors import HangoError
 from hango.fs.path import PREFIX_MEMORIES, PREFIX_SKILLS, PathError, validate_source
 from hango.fs.path import ROLES as ROLES  # re-exported: the CLI reads it here
 from hango.settings import Settings, SettingsError
@@ -177,6 +178,9 @@ class TokenInfo:
     expires_at: datetime | None
 
 
+# Control characters (Unicode's Cc, Zl, Zp): an escape sequence in a label would drive the
+# terminal of whoever lists the tokens. The API's schema states the same pattern.
+LABEL_CONTROL = r"\x00-\x1f\x7f-\x9f\u2028\u2029"  # the inside of a [...] class
 _TOKEN_COLUMNS = "token_id, role, label, created_at, last_used_at, expires_at"
 _DURATION = re.compile(r"(\d{1,6})([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -199,8 +203,12 @@ def expiry_from(text: str, now: datetime | None = None) -> datetime:
 def _check_token_fields(role: str, label: str, expires_at: datetime | None) -> datetime | None:
     if role not in ROLES:
         raise ValueError(f"role {role!r} must be one of {', '.join(ROLES)}")
-    if not isinstance(label, str) or len(label) > 200 or "\x00" in label:
-        raise ValueError("label must be text of at most 200 characters without NUL")
+    if not isinstance(label, str) or len(label) > 200:
+        raise ValueError("label must be text of at most 200 characters")
+    control = re.search(f"[{LABEL_CONTROL}]", label)
+    if control is not None:  # a terminal would act on it in `hango token list`
+        raise ValueError(f"label must not contain control characters: U+{ord(control[0]):04X} "
+                         f"at position {control.start()}")
     if expires_at is None:
         return None
     if expires_at.tzinfo is None:
@@ -279,11 +287,23 @@ def owner_create_token(db: Database, caller: str, role: str, label: str = "",
     return None if row is None else (token, TokenInfo(*row))
 
 
-def owner_revoke_token(db: Database, caller: str, token_id: str) -> bool:
-    with db.app() as conn:
-        row = conn.execute("SELECT hango_token_revoke(%s, %s)",
-                           [token_digest(caller), token_id]).fetchone()
-    return bool(row and row[0])
+class LastOwnerToken(HangoError, ValueError):
+    """The token is its tenant's last live owner token: the API does not revoke it."""
+
+    status: ClassVar[int] = 409
+
+
+def owner_revoke_token(db: Database, caller: str, token_id: str) -> bool | None:
+    """Revoke a token of the caller's tenant; ``False`` if it has none of that id, ``None`` if
+    the caller is no live owner now. Raises :class:`LastOwnerToken` for the tenant's last live
+    owner token (nothing is revoked)."""
+    try:
+        with db.app() as conn:
+            row = conn.execute("SELECT hango_token_revoke(%s, %s)",
+                               [token_digest(caller), token_id]).fetchone()
+    except psycopg.errors.CheckViolation as exc:
+        raise LastOwnerToken(exc.diag.message_primary or "the last owner token") from None
+    return None if row is None or row[0] is None else bool(row[0])
 
 
 def save_agent(db: Database, tenant_id: str, agent_id: str,

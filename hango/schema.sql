@@ -273,16 +273,33 @@ AS $$
      LIMIT 1000
 $$;
 
+-- The last live owner token of a tenant is not revoked (a check_violation, CONSTRAINT
+-- hango_last_owner): nobody could manage the tenant over the API after it. Revokes of one tenant
+-- queue on its row (FOR NO KEY UPDATE: the foreign keys' KEY SHARE of new agents is not held up),
+-- so two owners revoking each other cannot both win.
 CREATE OR REPLACE FUNCTION public.hango_token_revoke(caller bytea, id text)
     RETURNS boolean
-    LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
 AS $$
-    WITH gone AS (
-        DELETE FROM public.api_tokens t
-         WHERE t.tenant_id = public.hango_owner_tenant(caller) AND t.token_id = id
-        RETURNING 1
-    )
-    SELECT EXISTS (SELECT 1 FROM gone)
+DECLARE
+    owned text := public.hango_owner_tenant(caller);
+BEGIN
+    IF owned IS NULL THEN
+        RETURN NULL;  -- the caller is not a live owner (revoked or expired since it was checked)
+    END IF;
+    PERFORM 1 FROM public.tenants n WHERE n.tenant_id = owned FOR NO KEY UPDATE;
+    IF EXISTS (SELECT 1 FROM public.api_tokens t
+                WHERE t.tenant_id = owned AND t.token_id = id AND t.role = 'owner'
+                  AND (t.expires_at IS NULL OR t.expires_at > pg_catalog.now()))
+       AND NOT EXISTS (SELECT 1 FROM public.api_tokens o
+                        WHERE o.tenant_id = owned AND o.token_id <> id AND o.role = 'owner'
+                          AND (o.expires_at IS NULL OR o.expires_at > pg_catalog.now())) THEN
+        RAISE EXCEPTION 'token % is the last owner token of this tenant: without it nobody could manage the tenant over the API; create another owner token first, then revoke this one (an administrator can still revoke it: hango token revoke)', id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'hango_last_owner';
+    END IF;
+    DELETE FROM public.api_tokens t WHERE t.tenant_id = owned AND t.token_id = id;
+    RETURN FOUND;
+END
 $$;
 
 -- Returns the new token's row, or nothing when the caller is not a live owner. At most 1,000
