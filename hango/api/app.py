@@ -18,6 +18,7 @@ The contract, in the order a request is checked:
 - File contents travel as ``text/plain; charset=utf-8``. The version is the ``ETag`` (``"3"``).
   ``If-Match: "3"`` writes, edits or deletes only at version 3, else ``412`` and nothing is
   written; ``If-None-Match: *`` (or ``If-Match: "0"``) creates only.
+- ``HEAD`` works wherever ``GET`` does: the same status and headers, no body.
 - The database being unreachable is ``503``. Every error body is ``{"detail": "..."}``.
 
 Bounds (issue 10):
@@ -114,6 +115,26 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
+class HeadAsGet:
+    """HEAD wherever GET works: answered as that GET is, status and headers (Content-Length,
+    ETag) included, without the body (RFC 9110, section 9.3.2)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headless(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET", "hango_head": True}, receive, headless)
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     where = {"path": "URL", "query": "query", "header": "header", "body": "body"}
     parts = []
@@ -169,7 +190,8 @@ def create_app(db: Database | None = None, settings: Settings | None = None, *,
     app.state.hango_settings = settings
     app.state.hango_loop = None  # the loop the lifespan runs on (deps.Authenticate)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(Authenticate)  # outermost: no body is read before the token is checked
+    app.add_middleware(Authenticate)  # no body is read before the token is checked
+    app.add_middleware(HeadAsGet)  # outermost: a HEAD is its GET from here on
     for module in (files, agents, runs):
         app.include_router(module.router)
 
@@ -183,11 +205,13 @@ def create_app(db: Database | None = None, settings: Settings | None = None, *,
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         if exc.status_code == 405:  # Allow every method of the path, not one route's
-            allowed = sorted({method for route in [*files.router.routes, *agents.router.routes]
-                              if isinstance(route, APIRoute)
-                              and route.matches(request.scope)[0] is not Match.NONE
-                              for method in route.methods or ()})
-            return JSONResponse({"detail": f"method {request.method} is not allowed here; "
+            methods = {method for module in (files, agents, runs)
+                       for route in module.router.routes if isinstance(route, APIRoute)
+                       and route.matches(request.scope)[0] is not Match.NONE
+                       for method in route.methods or ()}
+            allowed = sorted(methods | ({"HEAD"} if "GET" in methods else set()))
+            asked = "HEAD" if request.scope.get("hango_head") else request.method
+            return JSONResponse({"detail": f"method {asked} is not allowed here; "
                                            f"allowed: {', '.join(allowed)}"},
                                 405, headers={"Allow": ", ".join(allowed)})
         if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not read JSON
