@@ -14,13 +14,12 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 import psycopg
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
 
 from hango.db import Database
-from hango.errors import HangoError
 from hango.fs.path import PREFIX_MEMORIES, PREFIX_SKILLS, PathError, validate_source
 from hango.fs.path import ROLES as ROLES  # re-exported: the CLI reads it here
 from hango.settings import Settings, SettingsError
@@ -178,9 +177,9 @@ class TokenInfo:
     expires_at: datetime | None
 
 
-# Control characters (Unicode's Cc, Zl, Zp): an escape sequence in a label would drive the
-# terminal of whoever lists the tokens. The API's schema states the same pattern.
-LABEL_CONTROL = r"\x00-\x1f\x7f-\x9f\u2028\u2029"  # the inside of a [...] class
+# Unicode's Cc, Zl, Zp, the inside of a [...] class: no label holds one (an escape sequence would
+# drive the terminal of whoever lists the tokens). The API's schema states the same pattern.
+LABEL_CONTROL = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
 _TOKEN_COLUMNS = "token_id, role, label, created_at, last_used_at, expires_at"
 _DURATION = re.compile(r"(\d{1,6})([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -206,7 +205,7 @@ def _check_token_fields(role: str, label: str, expires_at: datetime | None) -> d
     if not isinstance(label, str) or len(label) > 200:
         raise ValueError("label must be text of at most 200 characters")
     control = re.search(f"[{LABEL_CONTROL}]", label)
-    if control is not None:  # a terminal would act on it in `hango token list`
+    if control is not None:
         raise ValueError(f"label must not contain control characters: U+{ord(control[0]):04X} "
                          f"at position {control.start()}")
     if expires_at is None:
@@ -287,22 +286,12 @@ def owner_create_token(db: Database, caller: str, role: str, label: str = "",
     return None if row is None else (token, TokenInfo(*row))
 
 
-class LastOwnerToken(HangoError, ValueError):
-    """The token is its tenant's last live owner token: the API does not revoke it."""
-
-    status: ClassVar[int] = 409
-
-
 def owner_revoke_token(db: Database, caller: str, token_id: str) -> bool | None:
-    """Revoke a token of the caller's tenant; ``False`` if it has none of that id, ``None`` if
-    the caller is no live owner now. Raises :class:`LastOwnerToken` for the tenant's last live
-    owner token (nothing is revoked)."""
-    try:
-        with db.app() as conn:
-            row = conn.execute("SELECT hango_token_revoke(%s, %s)",
-                               [token_digest(caller), token_id]).fetchone()
-    except psycopg.errors.CheckViolation as exc:
-        raise LastOwnerToken(exc.diag.message_primary or "the last owner token") from None
+    """``False``: the caller's tenant has no such token; ``None``: the caller is no live owner
+    now. The tenant's last live owner token is a ``CheckViolation``: nothing is revoked."""
+    with db.app() as conn:
+        row = conn.execute("SELECT hango_token_revoke(%s, %s)",
+                           [token_digest(caller), token_id]).fetchone()
     return None if row is None or row[0] is None else bool(row[0])
 
 

@@ -174,7 +174,10 @@ def post_token(request: Request, caller: Annotated[str, Depends(_owner)],
                                 "owner token (nothing was revoked): create another first."}})
 def delete_token(request: Request, caller: Annotated[str, Depends(_owner)],
                  token_id: Annotated[str, UrlPath(pattern=r"^[0-9a-f]{1,64}$")]) -> Response:
-    revoked = owner_revoke_token(_db(request), caller, token_id)
+    try:
+        revoked = owner_revoke_token(_db(request), caller, token_id)
+    except psycopg.errors.CheckViolation as exc:  # the tenant's last live owner token
+        raise HTTPException(409, str(exc.diag.message_primary or exc)) from None
     if revoked is None:  # the caller's own token was revoked or expired since Authenticate
         raise _gone()
     if not revoked:
