@@ -4,8 +4,7 @@ One run::
 
     before_run hooks, in chain order          (features publish what they measured in
                                                ctx.attributes; the runtime knows no names)
-    repeat until a final answer, max_steps, or the run's budget is spent (HANGO_RUN_MAX_SECONDS,
-    HANGO_RUN_MAX_MODEL_CALLS: one budget for the run and every subagent run below it):
+    repeat until a final answer, max_steps, or the run's Budget (time, model calls) is spent:
         assemble the request                  (system blocks in chain order, breakpoint recorded)
         call the model through the wrappers   (PromptCache adds the conversation breakpoint)
         run each tool call                    (allowlist first; a refusal is a tool error)
@@ -256,10 +255,9 @@ class Agent:
             while True:
                 if steps >= config.max_steps:
                     break
-                spent = ctx.budget.spent()  # time or model calls, the subagents' included
-                if spent is not None:
-                    result.stop_reason = spent[0]
-                    ctx.warn(spent[1])
+                if (spent := ctx.budget.spent()) is not None:  # the subagents' spending too
+                    result.stop_reason, why = spent
+                    ctx.warn(why)
                     break
                 request = stack.build_request(ctx, messages, tools, self.model.name)
                 if frozen is None:
@@ -337,10 +335,8 @@ class Agent:
             raise interrupted
         return result
 
-    def child(self, agent_id: str, lineage: tuple[str, ...] = (),
-              budget: Budget | None = None) -> Agent:
-        """A subagent: built from its own config, its own namespace, its own (empty) state; it
-        spends ``budget``, the run's that started it (its deadline and model calls)."""
+    def child(self, agent_id: str, lineage: tuple[str, ...] = (), budget: Budget | None = None) -> Agent:
+        """A subagent: its own config, namespace and (empty) state; it spends the run's ``budget``."""
         return Agent(self.db, self.tenant_id, agent_id,
                      self.child_models.get(agent_id, self.model), stack=self._stack_builder,
                      telemetry=self.telemetry, settings=self.settings,
