@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from hango.agents import AgentConfig, create_tenant, create_token, save_agent
     from hango.api.client import ApiError, FilesClient
     from hango.db import Database, get_database
-    from hango.exercises import check, progress
+    from hango.exercises import check
+    from hango.exercises.progress import progress
     from hango.fs.backend import PostgresBackend
     from hango.models.simulated import SimulatedModel, tool_call
     from hango.notebook import draw_request, show_index, show_request, show_usage, show_warnings, start

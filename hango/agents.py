@@ -70,6 +70,9 @@ class TokenInfo:
     expires_at: datetime | None
 
 
+# Unicode's Cc, Zl, Zp, the inside of a [...] class: no label holds one (an escape sequence would
+# drive the terminal of whoever lists the tokens). The API's schema states the same pattern.
+LABEL_CONTROL = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
 _TOKEN_COLUMNS = "token_id, role, label, created_at, last_used_at, expires_at"
 _DURATION = re.compile(r"(\d{1,6})([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -92,8 +95,12 @@ def expiry_from(text: str, now: datetime | None = None) -> datetime:
 def _check_token_fields(role: str, label: str, expires_at: datetime | None) -> datetime | None:
     if role not in ROLES:
         raise ValueError(f"role {role!r} must be one of {', '.join(ROLES)}")
-    if not isinstance(label, str) or len(label) > 200 or "\x00" in label:
-        raise ValueError("label must be text of at most 200 characters without NUL")
+    if not isinstance(label, str) or len(label) > 200:
+        raise ValueError("label must be text of at most 200 characters")
+    control = re.search(f"[{LABEL_CONTROL}]", label)
+    if control is not None:
+        raise ValueError(f"label must not contain control characters: U+{ord(control[0]):04X} "
+                         f"at position {control.start()}")
     if expires_at is None:
         return None
     if expires_at.tzinfo is None:
@@ -172,11 +179,13 @@ def owner_create_token(db: Database, caller: str, role: str, label: str = "",
     return None if row is None else (token, TokenInfo(*row))
 
 
-def owner_revoke_token(db: Database, caller: str, token_id: str) -> bool:
+def owner_revoke_token(db: Database, caller: str, token_id: str) -> bool | None:
+    """``False``: the caller's tenant has no such token; ``None``: the caller is no live owner
+    now. The tenant's last live owner token is a ``CheckViolation``: nothing is revoked."""
     with db.app() as conn:
         row = conn.execute("SELECT hango_token_revoke(%s, %s)",
                            [token_digest(caller), token_id]).fetchone()
-    return bool(row and row[0])
+    return None if row is None or row[0] is None else bool(row[0])
 
 
 def save_agent(db: Database, tenant_id: str, agent_id: str,

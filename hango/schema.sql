@@ -273,16 +273,33 @@ AS $$
      LIMIT 1000
 $$;
 
+-- The last live owner token of a tenant is not revoked (a check_violation, CONSTRAINT
+-- hango_last_owner): nobody could manage the tenant over the API after it. Revokes of one tenant
+-- queue on its row (FOR NO KEY UPDATE: the foreign keys' KEY SHARE of new agents is not held up),
+-- so two owners revoking each other cannot both win.
 CREATE OR REPLACE FUNCTION public.hango_token_revoke(caller bytea, id text)
     RETURNS boolean
-    LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
 AS $$
-    WITH gone AS (
-        DELETE FROM public.api_tokens t
-         WHERE t.tenant_id = public.hango_owner_tenant(caller) AND t.token_id = id
-        RETURNING 1
-    )
-    SELECT EXISTS (SELECT 1 FROM gone)
+DECLARE
+    owned text := public.hango_owner_tenant(caller);
+BEGIN
+    IF owned IS NULL THEN
+        RETURN NULL;  -- the caller is not a live owner (revoked or expired since it was checked)
+    END IF;
+    PERFORM 1 FROM public.tenants n WHERE n.tenant_id = owned FOR NO KEY UPDATE;
+    IF EXISTS (SELECT 1 FROM public.api_tokens t
+                WHERE t.tenant_id = owned AND t.token_id = id AND t.role = 'owner'
+                  AND (t.expires_at IS NULL OR t.expires_at > pg_catalog.now()))
+       AND NOT EXISTS (SELECT 1 FROM public.api_tokens o
+                        WHERE o.tenant_id = owned AND o.token_id <> id AND o.role = 'owner'
+                          AND (o.expires_at IS NULL OR o.expires_at > pg_catalog.now())) THEN
+        RAISE EXCEPTION 'token % is the last owner token of this tenant: without it nobody could manage the tenant over the API; create another owner token first, then revoke this one (an administrator can still revoke it: hango token revoke)', id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'hango_last_owner';
+    END IF;
+    DELETE FROM public.api_tokens t WHERE t.tenant_id = owned AND t.token_id = id;
+    RETURN FOUND;
+END
 $$;
 
 -- Returns the new token's row, or nothing when the caller is not a live owner. At most 1,000
@@ -585,6 +602,18 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON run_calls TO hango_app;
 ALTER TABLE proposals ADD COLUMN IF NOT EXISTS proposed_by text;
 -- The listing pages by (created_at, proposal_id), oldest first.
 CREATE INDEX IF NOT EXISTS proposals_listing ON proposals (tenant_id, agent_id, created_at, proposal_id);
+-- ===== retention of runs and proposals (hango/retention.py) =======================================
+-- A sweep deletes ended runs past HANGO_RUNS_KEEP_DAYS or beyond the newest HANGO_RUNS_KEEP_MAX of
+-- a tenant (their proposals go with them, by the foreign key's cascade), and then writes the
+-- tenant's count of runs and their bytes here, with when it swept. Counted at the sweep, not by
+-- a trigger: a trigger would lock this row in every run's transaction.
+ALTER TABLE tenant_usage ADD COLUMN IF NOT EXISTS runs bigint NOT NULL DEFAULT 0;
+ALTER TABLE tenant_usage ADD COLUMN IF NOT EXISTS run_bytes bigint NOT NULL DEFAULT 0;
+ALTER TABLE tenant_usage ADD COLUMN IF NOT EXISTS runs_swept_at timestamptz;
+CREATE INDEX IF NOT EXISTS runs_ended ON runs (tenant_id, updated_at)
+    WHERE status IN ('done', 'failed');
+-- The cascade from a deleted run finds its proposals by this index, not by a scan of them all.
+CREATE INDEX IF NOT EXISTS proposals_run ON proposals (tenant_id, run_id);
 -- ===== row-level security for the owner too (keep this section LAST) ===========================
 -- The tables' owner (the URL's role on a managed server) is held by the same policies as the app
 -- role: FORCE on every table that has row-level security, so a transaction of the owner sees

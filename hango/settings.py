@@ -117,6 +117,21 @@ class Settings(BaseSettings):
     # A resume's claim on a run lasts this long and is renewed every third of it while the resume
     # runs; the claim of a resume whose process died expires after at most this long.
     run_lease_seconds: float = Field(default=30.0, ge=0.1, le=3600)
+    # One budget for a run and all its subagents' runs (hango/agent/hooks.py Budget): the
+    # deadline above and this many model calls; and at most this many task calls in one turn.
+    run_max_model_calls: int = Field(default=100, ge=1, le=100_000)
+    subagent_max_tasks_per_turn: int = Field(default=4, ge=1, le=1000)
+    # Retention of runs and their proposals (hango/retention.py): ended runs older than this or
+    # beyond this many per tenant are deleted by a sweep, which `hango serve` runs this often
+    # (0: never; `hango db sweep` runs one).
+    runs_keep_days: float = Field(default=30.0, gt=0, le=36500)
+    runs_keep_max: int = Field(default=10_000, ge=1, le=10_000_000)
+    runs_sweep_seconds: float = Field(default=300.0, ge=0, le=86400)
+    # Runs over HTTP (hango/api/run_limits.py), per server process: the threads runs wait on
+    # their model in (the file routes keep anyio's default threads), and how many runs one
+    # tenant may have in progress at once (one more is 429).
+    run_threads: int = Field(default=32, ge=1, le=1024)
+    tenant_max_runs: int = Field(default=8, ge=1, le=1024)
 
     @field_validator("memory_default_sources", "skills_default_sources", mode="before")
     @classmethod

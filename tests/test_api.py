@@ -418,8 +418,48 @@ def test_405_allows_every_method_of_the_path(api_url: str, a: Tenant) -> None:
     with http(api_url, a.owner) as c:
         response = c.request("POST", f"/v1/agents/a1/files{NOTE}")
         assert response.status_code == 405
-        assert response.headers["Allow"] == "DELETE, GET, PATCH, PUT"
-        assert c.request("DELETE", "/v1/agents/a1").headers["Allow"] == "GET, PUT"
+        assert response.headers["Allow"] == "DELETE, GET, HEAD, PATCH, PUT"
+        assert c.request("DELETE", "/v1/agents/a1").headers["Allow"] == "GET, HEAD, PUT"
+        head = c.head("/v1/agents/a1/runs")  # a POST-only path: HEAD is named as asked
+        assert (head.status_code, head.headers["Allow"]) == (405, "POST")
+        assert c.post("/v1/agents/a1/runs/x").headers["Allow"] == "GET, HEAD"
+
+
+# Every GET route, with a URL to ask it (an unknown run or proposal: its 404 is compared too).
+GET_URLS = {
+    "/v1/agents": ["/v1/agents"],
+    "/v1/agents/{agent_id}": ["/v1/agents/a1", "/v1/agents/nobody"],
+    "/v1/tokens": ["/v1/tokens"],
+    "/v1/agents/{agent_id}/files": ["/v1/agents/a1/files?dir=/notes/", "/v1/agents/a1/files"],
+    "/v1/agents/{agent_id}/files/{path}": [f"/v1/agents/a1/files{NOTE}",
+                                           "/v1/agents/a1/files/notes/missing.md",
+                                           "/v1/agents/a1/files/a%2Fb"],
+    "/v1/agents/{agent_id}/runs/{run_id}": ["/v1/agents/a1/runs/nope"],
+    "/v1/agents/{agent_id}/proposals": ["/v1/agents/a1/proposals?status=all"],
+    "/v1/agents/{agent_id}/proposals/{proposal_id}": ["/v1/agents/a1/proposals/nope"],
+}
+
+
+def test_head_works_wherever_get_does(db: Database, api_url: str, a: Tenant) -> None:
+    from hango.api.app import create_app
+
+    paths = create_app(db).openapi()["paths"]
+    assert {p for p, ops in paths.items() if "get" in ops} == set(GET_URLS), \
+        "a GET route without a HEAD check here"
+    with http(api_url, a.owner) as c:
+        assert c.put(f"/v1/agents/a1/files{NOTE}", content=b"hello").is_success
+        for url in [u for urls in GET_URLS.values() for u in urls]:
+            got, head = c.get(url), c.head(url)
+            assert head.status_code == got.status_code, url
+            assert head.content == b"", url
+            same = ("content-type", "content-length", "etag", "allow", "www-authenticate")
+            assert {k: head.headers.get(k) for k in same} == \
+                   {k: got.headers.get(k) for k in same}, url
+        file_head = c.head(f"/v1/agents/a1/files{NOTE}")
+        assert (file_head.status_code, file_head.headers["content-length"]) == (200, "5")
+        assert file_head.headers["etag"] == c.get(f"/v1/agents/a1/files{NOTE}").headers["etag"]
+    with http(api_url, None) as anonymous:  # HEAD is authenticated like GET
+        assert anonymous.head(f"/v1/agents/a1/files{NOTE}").status_code == 401
 
 
 def test_a_statement_the_database_refuses_is_500_naming_the_class(db: Database) -> None:

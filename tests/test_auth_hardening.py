@@ -120,7 +120,7 @@ def test_the_token_functions_need_a_live_owner_token(db: Database, tenant: str) 
         for caller in (FORGED, token_digest(member)):
             assert conn.execute("SELECT * FROM hango_token_list(%s)", [caller]).fetchall() == []
             assert conn.execute("SELECT hango_token_revoke(%s, %s)",
-                                [caller, owner_id]).fetchone() == (False,)
+                                [caller, owner_id]).fetchone() == (None,)  # no live owner
             assert conn.execute("SELECT * FROM hango_token_create(%s, %s, 'x1', 'owner', '', NULL)",
                                 [caller, FORGED]).fetchall() == []
     assert principal_for(db, owner) is not None
@@ -311,3 +311,79 @@ def test_owners_manage_their_tokens_over_the_api(db: Database, api_url: str,
                 assert response.status_code == 403, response.text
                 assert "only an owner" in response.json()["detail"]
     assert len(owner_list_tokens(db, owner)) == 3  # owner, admin, member
+
+
+def test_a_label_with_control_characters_is_refused_naming_the_character(
+        db: Database, api_url: str, agent: str) -> None:
+    owner = create_token(db, agent, "owner", "the owner")
+    with httpx.Client(base_url=api_url, headers=_auth(owner)) as client:
+        for label, at in (("red \x1b[31malert", "U+001B at position 4"), ("a\nb", "U+000A at "
+                          "position 1"), ("x\u2028", "U+2028 at position 1"), ("\x9b2J", "U+009B "
+                          "at position 0")):
+            got = client.post("/v1/tokens", json={"role": "member", "label": label})
+            assert got.status_code == 422, got.text
+            assert got.json()["detail"] == f"label must not contain control characters: {at}"
+        ok = client.post("/v1/tokens", json={"role": "member", "label": "ci – bot 👩‍💻"})
+        assert ok.status_code == 201 and ok.json()["label"] == "ci – bot 👩‍💻"
+    with pytest.raises(ValueError, match="U\\+001B at position 0"):
+        create_token(db, agent, "member", "\x1b]0;pwned\x07")  # the CLI's door: one rule
+    assert {t.label for t in list_tokens(db, agent)} == {"the owner", "ci – bot 👩‍💻"}
+
+
+def test_the_last_owner_token_is_not_revoked_over_the_api(db: Database, api_url: str,
+                                                          agent: str) -> None:
+    owner, owner_id = mint_token(db, agent, "owner", "first")
+    create_token(db, agent, "member")  # not an owner: does not count
+    _, expired_id = mint_token(db, agent, "owner", "gone",
+                               expires_at=datetime.now(UTC) + timedelta(seconds=1))
+    with db.admin() as conn:
+        conn.execute("UPDATE api_tokens SET expires_at = now() - interval '1 second' "
+                     "WHERE token_id = %s", [expired_id])  # expired: does not count either
+    with httpx.Client(base_url=api_url, headers=_auth(owner)) as client:
+        refused = client.delete(f"/v1/tokens/{owner_id}")
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["detail"] == (
+            f"token {owner_id} is the last owner token of this tenant: without it nobody could "
+            "manage the tenant over the API; create another owner token first, then revoke "
+            "this one (an administrator can still revoke it: hango token revoke)")
+        assert principal_for(db, owner) is not None  # nothing was revoked
+        second = client.post("/v1/tokens", json={"role": "owner"}).json()
+        assert client.delete(f"/v1/tokens/{owner_id}").status_code == 204  # now it may go
+    with httpx.Client(base_url=api_url, headers=_auth(second["token"])) as client:
+        assert client.delete(f"/v1/tokens/{second['id']}").status_code == 409
+
+
+def test_two_owners_revoking_each_other_at_once_leave_one(db: Database, api_url: str,
+                                                          agent: str) -> None:
+    """Both revokes are held at their DELETE (the test locks the two token rows) until both have
+    checked what they can: without the tenant's lock, each saw another owner and both went."""
+    import threading
+    import time
+
+    pairs = [mint_token(db, agent, "owner") for _ in range(2)]
+    for token, _ in pairs:  # used once: its last use is recorded now, not under the lock below
+        assert principal_for(db, token) is not None
+    codes: list[int] = []
+
+    def revoke(mine: str, theirs: str) -> None:
+        codes.append(httpx.delete(f"{api_url}/v1/tokens/{theirs}", headers=_auth(mine),
+                                  timeout=60).status_code)
+
+    threads = [threading.Thread(target=revoke, args=(pairs[0][0], pairs[1][1])),
+               threading.Thread(target=revoke, args=(pairs[1][0], pairs[0][1]))]
+    with db.admin() as holder, db.admin() as watcher:
+        holder.execute("SELECT 1 FROM api_tokens WHERE token_id = ANY(%s) FOR UPDATE",
+                       [[pairs[0][1], pairs[1][1]]])
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30  # a bound on waiting, not a figure asserted
+        while watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                              "'Lock' AND query LIKE '%%hango_token_revoke%%'").fetchone() != (2,):
+            watcher.rollback()
+            assert time.monotonic() < deadline, "the two revokes never both waited"
+            time.sleep(0.01)
+        holder.commit()
+    for t in threads:
+        t.join()
+    assert sorted(codes) == [204, 409]  # one wins; the other is refused
+    assert [t.role for t in list_tokens(db, agent)] == ["owner"]

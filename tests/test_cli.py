@@ -361,3 +361,31 @@ def test_the_embedded_server_stops_with_its_last_user_although_another_was_kille
         for user in users:
             user.kill()
         hango("db", "stop", env=env)
+
+
+def test_db_sweep_sweeps_once_and_bounds_its_tenants(db: Database) -> None:
+    done = hango("db", "sweep", "--tenants", "5")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("swept ") and " tenants: deleted " in done.stdout
+    refused = hango("db", "sweep", "--tenants", "0")
+    assert refused.returncode != 0
+    assert "--tenants must be from 1 to 100000, got 0" in refused.stderr
+
+
+def test_token_labels_are_checked_and_listed_escaped(db: Database, tenant: str) -> None:
+    refused = hango("token", "create", tenant, "--role", "member", "--label", "a\x1b[2Jb")
+    assert refused.returncode == 1
+    assert "label must not contain control characters: U+001B at position 1" in refused.stderr
+    made = hango("token", "create", tenant, "--role", "owner", "--label", "ok")
+    token_id = made.stderr.split("token id ")[1].split(",")[0]
+    with db.admin() as conn:  # a label stored before the rule (or by SQL)
+        conn.execute("UPDATE api_tokens SET label = %s WHERE token_id = %s",
+                     ["x\x1b]0;owned\x07\ty\u200d", token_id])
+    listed = hango("token", "list", tenant)
+    assert "\x1b" not in listed.stdout and "\x07" not in listed.stdout
+    (row,) = [line.split("\t") for line in listed.stdout.splitlines() if line.startswith(token_id)]
+    assert row[2] == "x\\x1b]0;owned\\x07\\ty\\u200d"
+    revoked = hango("token", "revoke", token_id)
+    assert revoked.returncode == 0
+    assert (f"note: tenant {tenant} has no owner token now; `hango token create {tenant} "
+            "--role owner` makes one") in revoked.stderr

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hango.agent.memory import (
+    DEFAULT_IGNORABLE,
     LEFT_OUT_MARKER,
     MemoryMiddleware,
     frame,
@@ -245,6 +247,44 @@ def test_no_content_or_path_yields_a_second_tag(text: str, path: str) -> None:
 @settings(max_examples=200, database=None)
 def test_text_without_a_tag_is_untouched(text: str) -> None:
     assert frame_safe(text) == text
+
+
+# Five characters a reader does not see, which slipped between "<" and "/memory" before the
+# class was built from Unicode's Default_Ignorable_Code_Point set.
+SLIPPED = ["\u034f", "\u061c", "\u3164", "\ufe0f", "\U000e0020"]
+UCD = Path(os.environ.get("HANGO_UCD_DIR", "/usr/share/unicode")) / "DerivedCoreProperties.txt"
+
+
+@pytest.mark.parametrize("ch", [*SLIPPED, *(chr(c) for r in DEFAULT_IGNORABLE for c in r)],
+                         ids=lambda ch: f"U+{ord(ch):04X}")
+def test_an_ignorable_character_cannot_hide_a_tag(ch: str) -> None:
+    for tag in (f"<{ch}/memory>", f"<{ch}memory path=x>", f"</{ch}memory>", f"<{ch}{ch}/memory"):
+        assert frame_safe(tag) == "&lt;" + tag[1:]
+
+
+def derived_ignorable(text: str) -> list[tuple[int, int]]:
+    """Default_Ignorable_Code_Point ranges of DerivedCoreProperties.txt, adjacent ones merged."""
+    ranges: list[tuple[int, int]] = []
+    for line in text.splitlines():
+        fields = line.split("#")[0].split(";")
+        if len(fields) != 2 or fields[1].strip() != "Default_Ignorable_Code_Point":
+            continue
+        first, _, last = fields[0].strip().partition("..")
+        a, b = int(first, 16), int(last or first, 16)
+        if ranges and ranges[-1][1] + 1 == a:
+            a = ranges.pop()[0]
+        ranges.append((a, b))
+    return ranges
+
+
+@pytest.mark.skipif(not UCD.exists(), reason=f"no {UCD} (Debian's unicode-data; .ci/run "
+                    "installs it), or set HANGO_UCD_DIR")
+def test_the_ignorable_ranges_are_unicodes() -> None:
+    derived = derived_ignorable(UCD.read_text(encoding="utf-8"))
+    assert derived, f"{UCD} has no Default_Ignorable_Code_Point line"
+    assert list(DEFAULT_IGNORABLE) == derived, (
+        "hango/agent/memory.py DEFAULT_IGNORABLE differs from " + str(UCD) + "; paste:\n"
+        + ", ".join(f"(0x{a:04X}, 0x{b:04X})" for a, b in derived))
 
 
 # --- the words over the cap: "truncated" only for the source actually cut (issue 16, point 8) --

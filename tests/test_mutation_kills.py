@@ -189,7 +189,7 @@ def test_a_request_carries_model_max_tokens_and_the_system_prompt_block(
     result = Agent(db, tenant, "a1", SimulatedModel()).run("hi")
     request = result.requests[0]
     assert (request.model, request.max_tokens) == ("hango-sim-1", 1024)
-    assert request.system[0] == Block("Be brief.", "system_prompt")
+    assert request.system[1] == Block("Be brief.", "system_prompt")  # after the cache scope
 
 
 def test_a_stack_without_prompt_cache_has_no_breakpoint(db: Database, tenant: str) -> None:

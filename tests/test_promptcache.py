@@ -88,3 +88,63 @@ def test_the_setting_reaches_the_default_stack(db: Database) -> None:
         stack = default_stack(agent)
         assert isinstance(stack, DefaultStack)
         assert stack.slots["prompt_cache"].prefix_ttl == value
+
+
+# --- one cache per tenant -----------------------------------------------------------------------
+
+
+def test_a_marker_on_a_tool_moves_onto_the_first_system_block() -> None:
+    """The tools come before the tenant's scope on the wire: a prefix ending on one is shared."""
+    out = sent(PromptCache(), Breakpoint("tools", 1, "1h"))
+    assert [b for b in out.breakpoints if b.tier == "tools"] == []
+    assert Breakpoint("system", 0, "1h") in out.breakpoints
+    assert "cache_control" not in wire_request(out)["tools"][-1]
+
+
+def test_every_request_starts_with_the_tenants_own_cache_scope(db: Database, tenant: str,
+                                                                capsys: Any) -> None:
+    from hango.agent.promptcache import SCOPE_SOURCE, tenant_scope
+    from hango.agents import AgentConfig, create_tenant, save_agent
+    from hango.notebook import show_request
+
+    other = create_tenant(db, tenant + "-b")
+    first = []
+    for t in (tenant, tenant, other):
+        save_agent(db, t, "a1", AgentConfig(system_prompt="Be brief."))
+        first.append(Agent(db, t, "a1", SimulatedModel()).run("hi").requests[0].system[0])
+    assert first[0] == first[1] == tenant_scope(tenant)  # byte-stable within a tenant
+    assert first[0].source == SCOPE_SOURCE and first[2] == tenant_scope(other) != first[0]
+    assert tenant not in first[0].text and other not in first[2].text  # a digest, not the id
+    body = wire_request(Agent(db, tenant, "a1", SimulatedModel()).run("hi").requests[0])
+    assert body["system"][0] == {"type": "text", "text": first[0].text}  # first on the wire
+    show_request(Agent(db, tenant, "a1", SimulatedModel()).run("hi").requests[0])
+    assert f"  [0] {SCOPE_SOURCE}" in capsys.readouterr().out
+
+
+def test_a_tenant_reads_nothing_another_tenant_wrote_with_the_same_prompt(
+        db: Database, tenant: str, api_url: str) -> None:
+    """Tenant B guesses tenant A's system prompt and memory exactly, on the server's one model:
+    its usage and status are those of a first run; only A's own second run reads the cache."""
+    import uuid
+
+    import httpx
+
+    from hango.agents import AgentConfig, create_tenant, create_token, save_agent
+
+    prompt = f"You answer questions about invoices ({uuid.uuid4().hex}). " + "Be exact. " * 600
+    memory = b"The user prefers short answers. " * 40
+    answers = {}
+    for name, t in (("a", tenant), ("b", create_tenant(db, tenant + "-b")), ("a again", tenant)):
+        save_agent(db, t, "a1", AgentConfig(system_prompt=prompt))
+        headers = {"Authorization": f"Bearer {create_token(db, t, 'owner')}"}
+        with httpx.Client(base_url=api_url, headers=headers, timeout=60) as c:
+            assert c.put("/v1/agents/a1/files/memories/AGENTS.md", content=memory).is_success
+            got = c.post("/v1/agents/a1/runs", json={"prompt": "What is owed?"})
+            assert got.status_code == 201, got.text
+            answers[name] = got.json()
+    a, b, again = answers["a"], answers["b"], answers["a again"]
+    assert a["usage"][0]["cache_creation_input_tokens"] > 1024  # A wrote its prefix
+    assert again["usage"][0]["cache_read_input_tokens"] > 1024  # and A reads it back
+    assert [u["cache_read_input_tokens"] for u in b["usage"]] == [0]
+    assert (b["status"], b["usage"], b["cache_read_ratio"]) == (
+        a["status"], a["usage"], a["cache_read_ratio"])  # as if A had never run

@@ -7,6 +7,8 @@ Before this, two agents naming each other recursed about 49 levels deep and the 
 
 from __future__ import annotations
 
+import threading
+import time
 from itertools import pairwise
 
 import httpx
@@ -126,3 +128,107 @@ def test_the_depth_setting_decides(db: Database, tenant: str, depth: int,
 
 def test_the_default_depth_is_three() -> None:
     assert load_settings().subagent_max_depth == 3
+
+
+# --- budgets: the run's deadline and model calls reach every child; tasks per turn ------------
+
+
+def fan_out(db: Database, tenant: str, tasks: int, think: float = 0.0) -> SimulatedModel:
+    """Agent ``a`` asks for ``tasks`` tasks of ``b`` in its first turn (after ``think``
+    seconds), then answers."""
+    save_agent(db, tenant, "a", AgentConfig(tools=["task"], subagents=["b"]))
+    save_agent(db, tenant, "b", AgentConfig(tools=["ls"]))
+
+    def policy(request: Request) -> object:
+        if request.messages[-1].tool_results:
+            return "a is done"
+        time.sleep(think)
+        return [tool_call("task", {"agent": "b", "description": f"part {i}"})
+                for i in range(tasks)]
+
+    return SimulatedModel(policy=policy)
+
+
+def run_fan_out(db: Database, tenant: str, parent: SimulatedModel, child: SimulatedModel,
+                **settings: object) -> tuple[str, list[ToolResult]]:
+    result = Agent(db, tenant, "a", parent, child_models={"b": child},
+                   settings=load_settings(**settings)).run("start")
+    return result.stop_reason, [r for m in result.messages for r in m.tool_results]
+
+
+def test_no_child_starts_once_the_runs_deadline_has_passed(db: Database, tenant: str) -> None:
+    slow = threading.Event()
+
+    def child_policy(request: Request) -> object:
+        if not slow.is_set():  # the first child's model call outlasts the run's deadline
+            slow.set()
+            time.sleep(0.3)
+        return "b did it"
+
+    child = SimulatedModel(policy=child_policy)
+    parent = fan_out(db, tenant, 6)
+    stop, results = run_fan_out(db, tenant, parent, child, run_max_seconds=0.2,
+                                subagent_max_tasks_per_turn=10)
+    assert stop == "time_limit" and len(parent.calls) == 1  # a stopped, no second model call
+    assert len(child.calls) == 1  # only the first child ran
+    assert (results[0].content, results[0].is_error) == ("b did it", False)
+    assert {(r.content, r.is_error) for r in results[1:]} == {
+        ("error: b was not started: run stopped after HANGO_RUN_MAX_SECONDS=0.2 s", True)}
+
+
+def test_a_child_stops_at_the_runs_deadline_not_its_own(db: Database, tenant: str) -> None:
+    """a spends 0.4 s of its 0.5 s, then b's first call 0.2 s: b must stop there (a deadline of
+    its own, 0.5 s from its start, would let it go on)."""
+    def child_policy(request: Request) -> object:
+        if request.messages[-1].tool_results:
+            return "b did it"
+        time.sleep(0.2)
+        return [tool_call("ls", {"path": "/"})]
+
+    child = SimulatedModel(policy=child_policy)
+    parent = fan_out(db, tenant, 1, think=0.4)
+    stop, results = run_fan_out(db, tenant, parent, child, run_max_seconds=0.5)
+    assert stop == "time_limit" and len(child.calls) == 1
+    assert results[-1].content == ("error: b stopped before it answered: run stopped after "
+                                   "HANGO_RUN_MAX_SECONDS=0.5 s")
+
+
+def test_children_spend_the_runs_model_calls(db: Database, tenant: str) -> None:
+    child = SimulatedModel(policy=lambda request: "b did it")
+    parent = fan_out(db, tenant, 6)
+    stop, results = run_fan_out(db, tenant, parent, child, run_max_model_calls=4,
+                                subagent_max_tasks_per_turn=10)
+    assert stop == "call_limit"
+    assert (len(parent.calls), len(child.calls)) == (1, 3)  # 4 model calls in all
+    assert [r.is_error for r in results] == [False] * 3 + [True] * 3
+    assert results[-1].content == ("error: b was not started: run stopped after "
+                                   "HANGO_RUN_MAX_MODEL_CALLS=4 model calls (its subagents' "
+                                   "included)")
+
+
+def test_a_child_stopped_by_the_budget_is_a_tool_error_not_an_empty_answer(
+        db: Database, tenant: str) -> None:
+    child = SimulatedModel(policy=lambda request: [tool_call("ls", {"path": "/"})])  # never done
+    parent = fan_out(db, tenant, 1)
+    stop, results = run_fan_out(db, tenant, parent, child, run_max_model_calls=3)
+    assert stop == "call_limit" and len(child.calls) == 2
+    (answer,) = [r for r in results if r.content.startswith("error: b")]
+    assert answer.is_error and answer.content == (
+        "error: b stopped before it answered: run stopped after HANGO_RUN_MAX_MODEL_CALLS=3 "
+        "model calls (its subagents' included)")
+
+
+def test_task_calls_beyond_the_cap_of_a_turn_are_refused(db: Database, tenant: str) -> None:
+    child = SimulatedModel(policy=lambda request: "b did it")
+    parent = fan_out(db, tenant, 3)
+    stop, results = run_fan_out(db, tenant, parent, child, subagent_max_tasks_per_turn=2)
+    assert stop == "final" and len(child.calls) == 2
+    assert [(r.content, r.is_error) for r in results] == [
+        ("b did it", False), ("b did it", False),
+        ("refused: more than HANGO_SUBAGENT_MAX_TASKS_PER_TURN=2 task calls in one turn; this "
+         "one was not started", True)]
+
+
+def test_the_budget_defaults() -> None:
+    settings = load_settings()
+    assert (settings.run_max_model_calls, settings.subagent_max_tasks_per_turn) == (100, 4)

@@ -18,6 +18,9 @@ A new :class:`RunContext` per run means every run, and every subagent, starts wi
 from __future__ import annotations
 
 import logging
+import math
+import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -54,6 +57,29 @@ class Event:
 
 
 @dataclass
+class Budget:
+    """What a run may still spend, its subagents included: one deadline and one count of model
+    calls, shared by every run of the chain (a subagent's calls count against the run above)."""
+
+    max_seconds: float  # HANGO_RUN_MAX_SECONDS
+    max_model_calls: int  # HANGO_RUN_MAX_MODEL_CALLS
+    model_calls: int = 0
+    deadline: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.max_seconds
+
+    def spent(self) -> tuple[str, str] | None:
+        """``(stop_reason, why)`` once nothing more may start, else ``None``."""
+        if self.model_calls >= self.max_model_calls:
+            return "call_limit", (f"run stopped after HANGO_RUN_MAX_MODEL_CALLS="
+                                  f"{self.max_model_calls} model calls (its subagents' included)")
+        if time.monotonic() > self.deadline:
+            return "time_limit", f"run stopped after HANGO_RUN_MAX_SECONDS={self.max_seconds:g} s"
+        return None
+
+
+@dataclass
 class RunContext:
     """Everything one run knows. Created fresh for each run (and for each subagent run)."""
 
@@ -65,6 +91,9 @@ class RunContext:
     allowlist: frozenset[str]
     telemetry: Telemetry
     started_by: str | None = None  # who started the run ("member:<token fingerprint>"), if known
+    # The run's budget, or in a subagent the budget of the run that started it. A context made
+    # by hand (a test) has no bound; ``Agent`` gives each run the one its settings say.
+    budget: Budget = field(default_factory=lambda: Budget(math.inf, sys.maxsize))
     # What features measured, keyed by their telemetry attribute names (the catalogue in
     # hango.telemetry): the runtime copies it to every chat span, the log line and the result
     # without knowing a single name, so a new feature never edits the runtime.

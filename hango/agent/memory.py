@@ -73,9 +73,16 @@ from hango.telemetry import (
 
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 # A "<" that a reader would take for the start of the frame's own tag. Between "<", "/" and
-# "memory": whitespace, and the invisible characters (soft hyphen, zero-width, BOM) that would
-# hide a tag from a plain substring check but not from a reader.
-_INVISIBLE = r"[\s\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]*"
+# "memory": whitespace, and the characters that show as nothing (they would hide a tag from a
+# plain substring check but not from a reader): Unicode's Default_Ignorable_Code_Point set, from
+# DerivedCoreProperties.txt (Unicode 15.0; tests/test_memory.py checks these ranges against it).
+DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+    (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)
+_INVISIBLE = "[\\s" + "".join(f"{chr(a)}-{chr(b)}" for a, b in DEFAULT_IGNORABLE) + "]*"
 _FRAME_TAG = re.compile(rf"<(?={_INVISIBLE}/?{_INVISIBLE}memory)", re.IGNORECASE)
 TRUNCATION_MARKER = (
     "\n[... truncated: {path} is {size} bytes; HANGO_MEMORY_MAX_BYTES={cap}{left_out}]")

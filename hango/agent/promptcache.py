@@ -16,6 +16,13 @@ ordinary call (whose read comes from the longer conversation entry) refreshes it
 provider's docs leave open. A 1-hour entry survives either way. It costs 2x the base input price
 to write instead of 1.25x, once per prefix write: ``bench/cache_ratio.py`` shows the trade.
 
+**One cache per tenant.** The provider keeps one cache per workspace or organisation, so every
+tenant served with one API key shares it: a prefix one tenant wrote, another reads, and its
+``cache_read_input_tokens`` tells whether a guessed prompt was right. :func:`tenant_scope` is
+the first system block of every request (``Stack.build_request``), a value of the tenant's own
+(a digest of its id), so no tenant's prefix matches another's. The tools come before it on the
+wire and stay shared, so no breakpoint may end on them: a marker on a tool moves onto this block.
+
 **Whatever the caller marked**, the request that leaves here is one the provider accepts: one
 marker per block (the longer TTL wins), and no 1-hour marker after a 5-minute one (a 5-minute
 marker before a 1-hour one is lifted to 1 hour; by the provider's billing rule everything up to
@@ -24,15 +31,25 @@ the last 1-hour breakpoint is written at the 1-hour rate anyway, so the lift cos
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from typing import Literal
 
 from hango.agent.hooks import ModelCall, RunContext
-from hango.models.base import Breakpoint, Request, Response, Tier
+from hango.models.base import Block, Breakpoint, Request, Response, Tier
 
 MAX_BREAKPOINTS = 4  # the provider's limit: "A maximum of 4 blocks with cache_control"
 TTLS = ("5m", "1h")
 _TIER_ORDER: dict[Tier, int] = {"tools": 0, "system": 1, "messages": 2}
+SCOPE_SOURCE = "tenant_cache_scope"
+
+
+def tenant_scope(tenant_id: str) -> Block:
+    """The tenant's own first system block: no cached prefix of one tenant matches another's.
+    A digest, so it does not show the tenant id; it need not be secret (no tenant can remove
+    its own)."""
+    digest = hashlib.sha256(f"hango cache scope\n{tenant_id}".encode()).hexdigest()[:16]
+    return Block(f"cache scope: {digest}", SCOPE_SOURCE)
 
 
 def normalize(breakpoints: tuple[Breakpoint, ...] | list[Breakpoint]) -> tuple[Breakpoint, ...]:
@@ -61,7 +78,9 @@ class PromptCache:
         self.prefix_ttl = prefix_ttl
 
     def wrap_model_call(self, ctx: RunContext, request: Request, call_next: ModelCall) -> Response:
-        marks = list(request.breakpoints)
+        # A marker on a tool would write a prefix without the tenant's scope: onto system[0].
+        marks = [Breakpoint("system", 0, b.ttl) if b.tier == "tools" and request.system else b
+                 for b in request.breakpoints]
         prefix = request.system_breakpoint  # the stable prefix: the last system breakpoint
         if prefix is not None and self.prefix_ttl == "1h":
             marks.append(Breakpoint("system", prefix, "1h"))  # merged with it by normalize()

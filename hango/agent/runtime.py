@@ -4,7 +4,7 @@ One run::
 
     before_run hooks, in chain order          (features publish what they measured in
                                                ctx.attributes; the runtime knows no names)
-    repeat until a final answer, max_steps or HANGO_RUN_MAX_SECONDS:
+    repeat until a final answer, max_steps, or the run's Budget (time, model calls) is spent:
         assemble the request                  (system blocks in chain order, breakpoint recorded)
         call the model through the wrappers   (PromptCache adds the conversation breakpoint)
         run each tool call                    (allowlist first; a refusal is a tool error)
@@ -27,7 +27,6 @@ run that is never interrupted pays nothing for that.
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,7 +36,7 @@ from typing import Any
 from opentelemetry import trace
 
 from hango.agent import resuming, runs
-from hango.agent.hooks import AttributeValue, Event, Interrupt, RunContext, Tool
+from hango.agent.hooks import AttributeValue, Budget, Event, Interrupt, RunContext, Tool
 from hango.agent.stack import Stack, default_stack
 from hango.agents import AgentConfig, load_agent
 from hango.db import Database, DatabaseError
@@ -72,7 +71,7 @@ class RunResult:
 
     text: str  # the final answer (interrupted: what the model said with the call that waits)
     run_id: str
-    stop_reason: str  # "final", "max_steps", "time_limit", "model_error" or "interrupted"
+    stop_reason: str  # "final", "max_steps", "time_limit", "call_limit", "model_error", "interrupted"
     messages: list[Message]
     requests: list[Request] = field(default_factory=list)  # exactly what the model received
     responses: list[Response] = field(default_factory=list)
@@ -129,6 +128,7 @@ class Agent:
         run_ids: Callable[[], str] | None = None,
         lineage: tuple[str, ...] = (),
         started_by: str | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self.db = db
         self.tenant_id = tenant_id
@@ -143,6 +143,7 @@ class Agent:
         self._run_ids = run_ids or (lambda: uuid.uuid4().hex[:16])
         self.lineage = lineage  # the agents whose task calls led here, outermost first
         self.started_by = started_by  # who starts its runs ("member:<token fingerprint>")
+        self.budget = budget  # a subagent spends the budget of the run that started it
 
     def load_config(self) -> AgentConfig:
         """The agent's config with the tenant defaults resolved (``reserved_writes``)."""
@@ -192,6 +193,8 @@ class Agent:
             backend=PostgresBackend(self.db, self.tenant_id, self.agent_id),
             run_id=run_id, allowlist=frozenset(config.tools), telemetry=self.telemetry,
             started_by=self.started_by if saved is None else saved.get("started_by"),
+            budget=self.budget or Budget(self.settings.run_max_seconds,
+                                         self.settings.run_max_model_calls),
         )
         tel = self.telemetry
         ids = {"tenant_id": self.tenant_id, "agent_id": self.agent_id, "run_id": ctx.run_id}
@@ -224,9 +227,9 @@ class Agent:
                            events=ctx.events, attributes=ctx.attributes)
         steps = 0 if lease is None else int(lease.state["steps"])
         frozen: tuple[tuple[Block, ...], tuple[Breakpoint, ...]] | None = None
-        deadline = time.monotonic() + self.settings.run_max_seconds
 
         def innermost(request: Request) -> Response:
+            ctx.budget.model_calls += 1
             with self.telemetry.chat_span(request, self.model.provider) as span:
                 try:
                     response = self.model.complete(request)
@@ -251,10 +254,9 @@ class Agent:
             while True:
                 if steps >= config.max_steps:
                     break
-                if time.monotonic() > deadline:
-                    result.stop_reason = "time_limit"
-                    ctx.warn(f"run stopped after HANGO_RUN_MAX_SECONDS="
-                             f"{self.settings.run_max_seconds:g} s")
+                if (spent := ctx.budget.spent()) is not None:  # the subagents' spending too
+                    result.stop_reason, why = spent
+                    ctx.warn(why)
                     break
                 request = stack.build_request(ctx, messages, tools, self.model.name)
                 if frozen is None:
@@ -337,13 +339,13 @@ class Agent:
             raise interrupted
         return result
 
-    def child(self, agent_id: str, lineage: tuple[str, ...] = ()) -> Agent:
-        """A subagent: built from its own config, its own namespace, its own (empty) state."""
+    def child(self, agent_id: str, lineage: tuple[str, ...] = (), budget: Budget | None = None) -> Agent:
+        """A subagent: its own config, namespace and (empty) state; it spends the run's ``budget``."""
         return Agent(self.db, self.tenant_id, agent_id,
                      self.child_models.get(agent_id, self.model), stack=self._stack_builder,
                      telemetry=self.telemetry, settings=self.settings,
                      child_models=self.child_models, run_ids=self._run_ids, lineage=lineage,
-                     started_by=self.started_by)
+                     started_by=self.started_by, budget=budget)
 
 
 def _execute(ctx: RunContext, tool: Tool, call: ToolCall) -> ToolResult:

@@ -1,6 +1,7 @@
 """The middleware stack: chain order decides where every system block lands.
 
-System blocks are assembled at model-call time, in chain order, after the agent's base prompt.
+System blocks are assembled at model-call time, in chain order, after the tenant's cache scope
+and the agent's base prompt.
 The ``PromptCache`` middleware marks the breakpoint on the last block contributed before it, so
 the slot a middleware sits in decides whether its blocks are cached:
 
@@ -32,7 +33,7 @@ from hango.agent.hooks import (
     ToolWrapper,
 )
 from hango.agent.memory import MemoryMiddleware
-from hango.agent.promptcache import PromptCache
+from hango.agent.promptcache import PromptCache, tenant_scope
 from hango.agent.skills import SkillsMiddleware
 from hango.agent.subagent import Parent, SubagentMiddleware
 from hango.agent.tools import FilesystemMiddleware
@@ -70,8 +71,9 @@ class Stack:
 
     def build_request(self, ctx: RunContext, messages: Sequence[Message], tools: dict[str, Tool],
                       model: str) -> Request:
-        """Assemble the system blocks in chain order and record the breakpoint's index."""
-        blocks: list[Block] = [Block(ctx.config.system_prompt, "system_prompt")]
+        """Assemble the system blocks in chain order and record the breakpoint's index. The
+        tenant's cache scope comes first (see :mod:`hango.agent.promptcache`)."""
+        blocks = [tenant_scope(ctx.tenant_id), Block(ctx.config.system_prompt, "system_prompt")]
         breakpoints: list[Breakpoint] = []
         for mw in self.middlewares:
             if isinstance(mw, BreakpointMarker) and mw.marks_breakpoint:
@@ -145,7 +147,8 @@ def default_stack(agent: AgentLike) -> DefaultStack:
         filesystem=FilesystemMiddleware(
             max_pending=s.proposals_max_pending, max_bytes=s.max_file_bytes,
             max_pending_per_member=s.proposals_max_pending_per_member),
-        subagents=SubagentMiddleware(agent, max_depth=s.subagent_max_depth),
+        subagents=SubagentMiddleware(agent, max_depth=s.subagent_max_depth,
+                                     max_tasks_per_turn=s.subagent_max_tasks_per_turn),
         prompt_cache=PromptCache(prefix_ttl=s.cache_prefix_ttl),
         memory=MemoryMiddleware(max_bytes=s.memory_max_bytes,
                                 default_sources=s.memory_default_sources),

@@ -16,6 +16,13 @@ without it; the run goes on. Without them, two agents naming each other recursed
 recursion limit, about 49 levels down, where the error surfaced inside the connection pool and the
 run ended as "database unavailable". ``AgentConfig`` refuses a config naming itself when it is
 saved; the cycle check also catches such a config stored before that rule existed.
+
+Fan-out is bounded too. A child spends the budget of the run that started it
+(:class:`~hango.agent.hooks.Budget`: the run's deadline, ``HANGO_RUN_MAX_SECONDS``, and its
+model calls, ``HANGO_RUN_MAX_MODEL_CALLS``), so a tree of subagents stops when the run's time or
+calls are spent, however wide it grows; a child is not started once they are. And one turn may
+ask for at most ``HANGO_SUBAGENT_MAX_TASKS_PER_TURN`` tasks: the calls after those are refused, each
+with a tool error naming the setting.
 """
 
 from __future__ import annotations
@@ -23,8 +30,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from hango.agent.hooks import RunContext, Tool
-from hango.models.base import ToolSpec
+from hango.agent.hooks import (
+    Budget,
+    ModelCall,
+    RunContext,
+    StateKey,
+    Tool,
+    ToolCallNext,
+)
+from hango.models.base import Request, Response, ToolCall, ToolResult, ToolSpec
 
 
 class _Answer(Protocol):
@@ -34,6 +48,10 @@ class _Answer(Protocol):
     def run_id(self) -> str: ...
     @property
     def status(self) -> str: ...
+    @property
+    def stop_reason(self) -> str: ...
+    @property
+    def warnings(self) -> list[str]: ...
 
 
 class _Runnable(Protocol):
@@ -46,7 +64,8 @@ class Parent(Protocol):
 
     @property
     def lineage(self) -> tuple[str, ...]: ...
-    def child(self, agent_id: str, lineage: tuple[str, ...] = ()) -> _Runnable: ...
+    def child(self, agent_id: str, lineage: tuple[str, ...] = (),
+              budget: Budget | None = None) -> _Runnable: ...
 
 
 TASK_SPEC = ToolSpec(
@@ -58,17 +77,38 @@ TASK_SPEC = ToolSpec(
 )
 
 
+_OVER_CAP: StateKey[set[str]] = StateKey("subagents.over_cap", set)  # task calls to refuse
+
+
 class SubagentMiddleware:
     """Provides the ``task`` tool for the subagents named in the agent's config."""
 
     name = "subagents"
 
-    def __init__(self, parent: Parent, max_depth: int = 3) -> None:
+    def __init__(self, parent: Parent, max_depth: int = 3, max_tasks_per_turn: int = 4) -> None:
         self.parent = parent
         self.max_depth = max_depth
+        self.max_tasks_per_turn = max_tasks_per_turn
 
     def tools(self, ctx: RunContext) -> Sequence[Tool]:
         return (Tool(TASK_SPEC, self._task),) if ctx.config.subagents else ()
+
+    def wrap_model_call(self, ctx: RunContext, request: Request, call_next: ModelCall) -> Response:
+        """Note the task calls of this turn beyond the cap (they are refused, not run)."""
+        response = call_next(request)
+        tasks = [c.id for c in response.tool_calls if c.name == TASK_SPEC.name]
+        over = ctx.state(_OVER_CAP)
+        over.clear()
+        over.update(tasks[self.max_tasks_per_turn:])
+        return response
+
+    def wrap_tool_call(self, ctx: RunContext, call: ToolCall,
+                       call_next: ToolCallNext) -> ToolResult:
+        if call.id in ctx.state(_OVER_CAP):
+            return ToolResult(call.id, f"refused: more than HANGO_SUBAGENT_MAX_TASKS_PER_TURN="
+                              f"{self.max_tasks_per_turn} task calls in one turn; this one was "
+                              "not started", is_error=True)
+        return call_next(call)
 
     def _task(self, ctx: RunContext, args: dict[str, Any]) -> str:
         child_id, description = args.get("agent"), args.get("description")
@@ -79,10 +119,15 @@ class SubagentMiddleware:
                              f"({', '.join(ctx.config.subagents)})")
         lineage = (*self.parent.lineage, ctx.agent_id)
         check_chain(lineage, child_id, self.max_depth)
-        result = self.parent.child(child_id, lineage=lineage).run(description)
+        spent = ctx.budget.spent()
+        if spent is not None:
+            raise ValueError(f"{child_id} was not started: {spent[1]}")
+        result = self.parent.child(child_id, lineage=lineage, budget=ctx.budget).run(description)
         if result.status == "interrupted":  # its own run waits for an owner's decision
             return (f"{child_id} proposed a write to its memory or skills; its run "
                     f"{result.run_id} waits for an owner or admin to decide, then resume it")
+        if result.stop_reason in ("time_limit", "call_limit"):
+            raise ValueError(f"{child_id} stopped before it answered: {result.warnings[-1]}")
         return result.text
 
 

@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hango.agents import (
+    LABEL_CONTROL,
     AgentConfig,
     Principal,
     TokenInfo,
@@ -30,6 +31,7 @@ from hango.agents import (
 )
 from hango.api.deps import (
     _UNKNOWN_TOKEN,
+    ErrorBody,
     _Agent,
     _agent,
     _bearer_token,
@@ -40,7 +42,6 @@ from hango.api.deps import (
 from hango.fs.path import OWNER, WRITERS, Role
 
 router = APIRouter(prefix="/v1")
-_NO_NUL_SHAPE = r"^[^\x00]*$"
 
 
 class AgentList(BaseModel):
@@ -117,7 +118,8 @@ class TokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: Role
-    label: str = Field(default="", max_length=200, json_schema_extra={"pattern": _NO_NUL_SHAPE})
+    label: str = Field(default="", max_length=200,
+                       json_schema_extra={"pattern": f"^[^{LABEL_CONTROL}]*$"})
     expires_at: datetime | None = Field(
         default=None, description="When it stops working (ISO 8601; UTC unless it says); "
                                   "none: never.")
@@ -167,10 +169,18 @@ def post_token(request: Request, caller: Annotated[str, Depends(_owner)],
 @router.delete("/tokens/{token_id}", summary="Revoke a token of the caller's tenant (owner)",
                status_code=204, response_class=Response,
                responses={204: {"description": "Revoked: it is 401 from now on."},
-                          **_errors(403, 404)})
+                          **_errors(403, 404),
+                          409: {"model": ErrorBody, "description": "It is the tenant's last "
+                                "owner token (nothing was revoked): create another first."}})
 def delete_token(request: Request, caller: Annotated[str, Depends(_owner)],
                  token_id: Annotated[str, UrlPath(pattern=r"^[0-9a-f]{1,64}$")]) -> Response:
-    if not owner_revoke_token(_db(request), caller, token_id):
+    try:
+        revoked = owner_revoke_token(_db(request), caller, token_id)
+    except psycopg.errors.CheckViolation as exc:  # the tenant's last live owner token
+        raise HTTPException(409, str(exc.diag.message_primary or exc)) from None
+    if revoked is None:  # the caller's own token was revoked or expired since Authenticate
+        raise _gone()
+    if not revoked:
         raise HTTPException(404, f"no token {token_id!r} in this tenant")
     return Response(status_code=204)
 

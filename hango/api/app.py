@@ -18,6 +18,7 @@ The contract, in the order a request is checked:
 - File contents travel as ``text/plain; charset=utf-8``. The version is the ``ETag`` (``"3"``).
   ``If-Match: "3"`` writes, edits or deletes only at version 3, else ``412`` and nothing is
   written; ``If-None-Match: *`` (or ``If-Match: "0"``) creates only.
+- ``HEAD`` works wherever ``GET`` does: the same status and headers, no body.
 - The database being unreachable is ``503``. Every error body is ``{"detail": "..."}``.
 
 Bounds (issue 10):
@@ -42,11 +43,13 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
+import anyio.to_thread
 import psycopg
 import uvicorn
+from anyio import CapacityLimiter
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
@@ -57,15 +60,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hango import retention
 from hango.agents import check_default_sources
 from hango.api import agents, files, runs
-from hango.api.deps import Authenticate, hango_error, unavailable
-from hango.db import Database, get_database
+from hango.api.deps import Authenticate, _db_of, hango_error, unavailable
+from hango.db import Database, DatabaseError, get_database
 from hango.errors import HangoError
 from hango.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from hango.telemetry.server import Served
+
+log = logging.getLogger("hango")
 
 # The layout: this module builds the app (middleware, error handlers, routers) and serves it;
 # deps.py is the request context (database, token, agent) and the one error mapping;
@@ -112,6 +118,26 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
+class HeadAsGet:
+    """HEAD wherever GET works: answered as that GET is, status and headers (Content-Length,
+    ETag) included, without the body (RFC 9110, section 9.3.2)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headless(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET", "hango_head": True}, receive, headless)
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     where = {"path": "URL", "query": "query", "header": "header", "body": "body"}
     parts = []
@@ -130,8 +156,11 @@ def _validation_message(exc: RequestValidationError) -> str:
 # --- the app -----------------------------------------------------------------------------------
 
 
-def create_app(db: Database | None = None, settings: Settings | None = None) -> FastAPI:
+def create_app(db: Database | None = None, settings: Settings | None = None, *,
+               sweep: bool = False) -> FastAPI:
     """The files API over ``db`` (default: the process-wide database, opened on first use).
+    ``sweep``: also run the retention sweep every ``HANGO_RUNS_SWEEP_SECONDS`` (``hango serve``
+    does; a test or a notebook serving an app of its own does not).
 
     Raises :class:`~hango.settings.SettingsError` when a tenant-default source breaks a path rule:
     every run over HTTP would read it."""
@@ -141,7 +170,13 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.hango_loop = asyncio.get_running_loop()  # its plain GETs may pool on it
+        sweeper = (asyncio.create_task(_sweep_every(app, settings.runs_sweep_seconds))
+                   if sweep and settings.runs_sweep_seconds > 0 else None)
         yield
+        if sweeper is not None:
+            sweeper.cancel()
+            with suppress(asyncio.CancelledError):
+                await sweeper
         app.state.hango_loop = None
         served: Served | None = getattr(app.state, "hango_served", None)
         if served is not None:  # a worker of `hango serve`: flush what it buffered
@@ -161,7 +196,8 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     app.state.hango_settings = settings
     app.state.hango_loop = None  # the loop the lifespan runs on (deps.Authenticate)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(Authenticate)  # outermost: no body is read before the token is checked
+    app.add_middleware(Authenticate)  # no body is read before the token is checked
+    app.add_middleware(HeadAsGet)  # outermost: a HEAD is its GET from here on
     for module in (files, agents, runs):
         app.include_router(module.router)
 
@@ -175,11 +211,13 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         if exc.status_code == 405:  # Allow every method of the path, not one route's
-            allowed = sorted({method for route in [*files.router.routes, *agents.router.routes]
-                              if isinstance(route, APIRoute)
-                              and route.matches(request.scope)[0] is not Match.NONE
-                              for method in route.methods or ()})
-            return JSONResponse({"detail": f"method {request.method} is not allowed here; "
+            methods = {method for module in (files, agents, runs)
+                       for route in module.router.routes if isinstance(route, APIRoute)
+                       and route.matches(request.scope)[0] is not Match.NONE
+                       for method in route.methods or ()}
+            allowed = sorted(methods | ({"HEAD"} if "GET" in methods else set()))
+            asked = "HEAD" if request.scope.get("hango_head") else request.method
+            return JSONResponse({"detail": f"method {asked} is not allowed here; "
                                            f"allowed: {', '.join(allowed)}"},
                                 405, headers={"Allow": ", ".join(allowed)})
         if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not read JSON
@@ -196,11 +234,25 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     return app
 
 
+async def _sweep_every(app: FastAPI, seconds: float) -> None:
+    """The retention sweep (:mod:`hango.retention`), every ``seconds``, on a thread of its own."""
+    one = CapacityLimiter(1)
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            swept = await anyio.to_thread.run_sync(
+                lambda: retention.sweep(_db_of(app), app.state.hango_settings), limiter=one)
+        except (DatabaseError, psycopg.Error) as exc:
+            log.warning("hango: the retention sweep failed, next in %g s: %s", seconds, exc)
+        else:
+            log.info("hango: %s", swept)
+
+
 def worker_app() -> FastAPI:
     """The app of one ``hango serve --workers N`` process: its own pool, opened before it
     serves, its own telemetry, on the database, settings and ``OTEL_*`` of the environment it
     inherited; its log level is the one uvicorn was given (``--log-level``)."""
-    app = create_app(get_database())
+    app = create_app(get_database(), sweep=True)
     level = logging.getLevelName(logging.getLogger("uvicorn.error").getEffectiveLevel())
     with_server_telemetry(app, log_level=str(level).lower())
     return app

@@ -39,6 +39,7 @@ from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, load_agent
 from hango.api.deps import ErrorBody, _Agent, _agent
 from hango.api.files import TEXT_SHAPE
+from hango.api.run_limits import RunLimits
 from hango.fs.path import WRITERS
 from hango.models.acting import acting_policy
 from hango.models.base import InvalidRequest, Model
@@ -219,10 +220,24 @@ def _out(result: dict[str, Any], run_id: str, status: str,
 # --- runs --------------------------------------------------------------------------------------
 
 
+def _limits(request: Request) -> RunLimits:
+    """This process's run threads and per-tenant counts (:mod:`hango.api.run_limits`)."""
+    state = request.app.state
+    if getattr(state, "hango_run_limits", None) is None:
+        settings: Settings = state.hango_settings
+        state.hango_run_limits = RunLimits(settings.run_threads, settings.tenant_max_runs)
+    return state.hango_run_limits  # type: ignore[no-any-return]
+
+
 @router.post("/agents/{agent_id}/runs", summary="Run the agent in the server (any role)",
-             response_model=RunOut, status_code=201, responses=_err(409, 413, 502))
-def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
-               body: RunBody) -> RunOut:
+             response_model=RunOut, status_code=201, responses=_err(409, 413, 429, 502))
+async def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
+                     body: RunBody) -> RunOut:
+    return await _limits(request).run(agent.principal.tenant_id,
+                                      lambda: _create_run(request, agent, body))
+
+
+def _create_run(request: Request, agent: _Agent, body: RunBody) -> RunOut:
     # The config, read once: it tells that the agent exists, and the run uses it.
     config = load_agent(agent.db, agent.principal.tenant_id, agent.agent_id)
     if config is None:
@@ -246,9 +261,14 @@ def get_run(agent: Annotated[_Agent, Depends(_agent)], run_id: RunId) -> RunOut:
 
 @router.post("/agents/{agent_id}/runs/{run_id}/resume",
              summary="Continue an interrupted run once its proposal is decided (any role)",
-             response_model=RunOut, responses=_err(409, 502))
-def resume_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
-               run_id: RunId) -> RunOut:
+             response_model=RunOut, responses=_err(409, 429, 502))
+async def resume_run(request: Request, agent: Annotated[_Agent, Depends(_agent)],
+                     run_id: RunId) -> RunOut:
+    return await _limits(request).run(agent.principal.tenant_id,
+                                      lambda: _resume_run(request, agent, run_id))
+
+
+def _resume_run(request: Request, agent: _Agent, run_id: RunId) -> RunOut:
     # RunError: 404 or 409; ModelError: 502, and the run is resumable again (deps.py).
     result = _server_agent(request, agent).resume(run_id)
     return _out(summary(result, {}), result.run_id, result.status)

@@ -64,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
     psql = db_sub.add_parser("psql", help="psql on hango's database (extra args go to psql)")
     psql.add_argument("--app", action="store_true",
                       help="connect as hango_app (row-level security applies) not as superuser")
+    sweep = db_sub.add_parser("sweep", help="delete runs (and their proposals) past "
+                              "HANGO_RUNS_KEEP_DAYS or HANGO_RUNS_KEEP_MAX once, and count them")
+    sweep.add_argument("--tenants", type=int, default=1000,
+                       help="at most this many tenants, least recently swept first (1000)")
     db.set_defaults(func=cmd_db)
 
     tenant = sub.add_parser("tenant", help="tenants")

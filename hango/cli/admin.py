@@ -66,6 +66,11 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
                 raise CliError(f"no token with id {args.id!r}; `hango token list TENANT` "
                                "shows the ids")
             print(f"revoked token {args.id} of tenant {tenant}")
+            now = datetime.now(UTC)
+            if not any(t.role == "owner" and (t.expires_at is None or t.expires_at > now)
+                       for t in list_tokens(db, tenant)):
+                say(f"note: tenant {tenant} has no owner token now; `hango token create "
+                    f"{tenant} --role owner` makes one")
     except psycopg.errors.ForeignKeyViolation:
         raise _missing_tenant(args.tenant) from None
     finally:
@@ -83,9 +88,15 @@ def _print_tokens(db: Database, tenant: str) -> None:
             raise _missing_tenant(tenant)
     print("\t".join(("id", "role", "label", "created", "last_used", "expires")))
     for t in list_tokens(db, tenant):
-        print("\t".join((t.token_id, t.role, t.label.replace("\t", " ").replace("\n", " "),
+        print("\t".join((t.token_id, t.role, _printable(t.label),
                          when(t.created_at, "-"), when(t.last_used_at, "never"),
                          when(t.expires_at, "never"))))
+
+
+def _printable(text: str) -> str:
+    """``text`` with each character a terminal would act on, or not show, written as its
+    escape (``\\x1b``): labels stored before control characters were refused, or by SQL."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def _split(values: list[str] | None) -> list[str] | None:

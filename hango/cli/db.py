@@ -55,7 +55,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             uvicorn.run("hango.api.app:worker_app", factory=True, host=host, port=port,
                         workers=workers, log_level=args.log_level)
             return 0
-        app = create_app(db, settings)
+        app = create_app(db, settings, sweep=True)
         # The app's lifespan flushes it at shutdown: the last runs' spans reach the backend.
         with_server_telemetry(app, prometheus=args.metrics, log_level=args.log_level)
         if args.metrics:  # Prometheus text format for a scraper on this machine (loopback only)
@@ -116,6 +116,17 @@ def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if action == "psql":
         return _psql(args, settings)
+    if action == "sweep":
+        from hango.retention import sweep
+
+        if not 1 <= args.tenants <= 100_000:
+            raise CliError(f"--tenants must be from 1 to 100000, got {args.tenants}")
+        db = open_db(settings)
+        try:
+            print(sweep(db, settings, tenants=args.tenants))
+        finally:
+            db.close()
+        return 0
     if external:
         where = hide_password(_app_url(settings))
         if action in ("start", "stop"):
