@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from psycopg.types.json import Json
+
 from hango.db import Database
 from hango.settings import Settings
 
@@ -48,21 +50,20 @@ DELETE FROM runs WHERE tenant_id = %(t)s AND run_id IN (
     SELECT r.run_id FROM runs r
      WHERE r.tenant_id = %(t)s AND r.{ENDED} AND {_WAITING}
      ORDER BY r.updated_at DESC, r.run_id DESC OFFSET %(max)s LIMIT %(batch)s)"""
+# The decided runs nobody resumed in time; they are ended (in Python: a result is json, which may
+# hold an escaped U+0000 that jsonb's operators refuse).
+_EXPIRING = """
+SELECT x.run_id, x.result FROM runs x LEFT JOIN proposals p
+    ON p.tenant_id = x.tenant_id AND p.proposal_id = x.proposal_id
+ WHERE x.tenant_id = %(t)s AND x.status = 'interrupted'
+   AND CASE WHEN p.proposal_id IS NULL  -- waiting for nothing: its own age
+            THEN x.updated_at < now() - make_interval(secs => %(keep)s)
+            ELSE p.status <> 'pending'
+                 AND p.decided_at < now() - make_interval(secs => %(keep)s) END
+ LIMIT %(batch)s FOR UPDATE OF x"""
 _EXPIRE = """
-UPDATE runs r
-   SET status = 'failed', state = NULL, updated_at = now(),
-       result = r.result || jsonb_build_object(
-           'status', 'failed', 'stop_reason', 'expired',
-           'warnings', coalesce(r.result -> 'warnings', '[]') || to_jsonb(%(why)s::text))
- WHERE r.tenant_id = %(t)s AND r.status = 'interrupted' AND r.run_id IN (
-    SELECT x.run_id FROM runs x LEFT JOIN proposals p
-        ON p.tenant_id = x.tenant_id AND p.proposal_id = x.proposal_id
-     WHERE x.tenant_id = %(t)s AND x.status = 'interrupted'
-       AND CASE WHEN p.proposal_id IS NULL  -- waiting for nothing: its own age
-                THEN x.updated_at < now() - make_interval(secs => %(keep)s)
-                ELSE p.status <> 'pending'
-                     AND p.decided_at < now() - make_interval(secs => %(keep)s) END
-     LIMIT %(batch)s)"""
+UPDATE runs SET status = 'failed', state = NULL, updated_at = now(), result = %s
+ WHERE tenant_id = %s AND run_id = %s"""
 _COUNT = """
 INSERT INTO tenant_usage AS u (tenant_id, runs, run_bytes, runs_swept_at)
 SELECT %(t)s, count(*),
@@ -115,7 +116,12 @@ def _sweep(db: Database, tenant: str, settings: Settings, batch: int, done: Swep
     args = {"t": tenant, "keep": settings.runs_keep_days * 86400, "max": settings.runs_keep_max,
             "batch": batch, "why": EXPIRED.format(days=settings.runs_keep_days)}
     with db.admin(tenant) as conn:  # the deletes, then the count: never both locks at once
-        done.expired += conn.execute(_EXPIRE, args).rowcount
+        expiring = conn.execute(_EXPIRING, args).fetchall()
+        conn.cursor().executemany(_EXPIRE, [
+            [Json({**(result or {}), "status": "failed", "stop_reason": "expired",
+                   "warnings": [*(result or {}).get("warnings", []), args["why"]]}),
+             tenant, run_id] for run_id, result in expiring])
+        done.expired += len(expiring)
         done.by_age += conn.execute(_BY_AGE, args).rowcount
         done.by_count += conn.execute(_BY_COUNT, args).rowcount
     with db.admin(tenant) as conn:
