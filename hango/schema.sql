@@ -287,7 +287,10 @@ BEGIN
     IF owned IS NULL THEN
         RETURN NULL;  -- the caller is not a live owner (revoked or expired since it was checked)
     END IF;
-    PERFORM 1 FROM public.tenants n WHERE n.tenant_id = owned FOR NO KEY UPDATE;
+    -- one revoke per tenant at a time (a lock of its own: the tenant's row is behind RLS, and
+    -- this function's owner sees no tenant), so two owners revoking each other leave one
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtextextended('hango token revoke/' || owned, 0));
     IF EXISTS (SELECT 1 FROM public.api_tokens t
                 WHERE t.tenant_id = owned AND t.token_id = id AND t.role = 'owner'
                   AND (t.expires_at IS NULL OR t.expires_at > pg_catalog.now()))

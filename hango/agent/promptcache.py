@@ -36,12 +36,12 @@ from dataclasses import replace
 from typing import Literal
 
 from hango.agent.hooks import ModelCall, RunContext
-from hango.models.base import Block, Breakpoint, Request, Response, Tier
+from hango.models.base import CACHE_SCOPE_SOURCE, Block, Breakpoint, Request, Response, Tier
 
 MAX_BREAKPOINTS = 4  # the provider's limit: "A maximum of 4 blocks with cache_control"
 TTLS = ("5m", "1h")
 _TIER_ORDER: dict[Tier, int] = {"tools": 0, "system": 1, "messages": 2}
-SCOPE_SOURCE = "tenant_cache_scope"
+SCOPE_SOURCE = CACHE_SCOPE_SOURCE
 
 
 def tenant_scope(tenant_id: str) -> Block:

@@ -24,6 +24,18 @@ Tier = Literal["tools", "system", "messages"]
 Role = Literal["user", "assistant"]
 
 
+# The source of the block a request starts with to keep a tenant's cached prefixes its own
+# (hango.agent.promptcache.tenant_scope). Calls in one scope are one cache's callers: the
+# simulator compares a call with the previous call of its scope, never another tenant's.
+CACHE_SCOPE_SOURCE = "tenant_cache_scope"
+
+
+def cache_scope(request: Request) -> str:
+    """The request's cache scope: its first block's text when that is a scope block, else ``""``."""
+    first = request.system[0] if request.system else None
+    return first.text if first is not None and first.source == CACHE_SCOPE_SOURCE else ""
+
+
 @dataclass(frozen=True)
 class Block:
     """One system block. ``source`` names who contributed it (a middleware or a file path)."""

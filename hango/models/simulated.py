@@ -94,6 +94,7 @@ import hashlib
 import json
 import math
 import re
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -108,6 +109,7 @@ from hango.models.base import (
     Tier,
     ToolCall,
     Usage,
+    cache_scope,
     wire_request,
 )
 from hango.models.chat import chat_request
@@ -436,6 +438,17 @@ def _as_reply(value: ReplyLike) -> Reply:
 
 # --- The model ---
 
+SCOPES_KEPT = 1024  # cache scopes (tenants) whose previous call the diagnostics remember
+
+
+def _remember(last: dict[str, Any], scope: str, value: Any) -> None:
+    """``last[scope] = value``, the newest last, at most :data:`SCOPES_KEPT` scopes."""
+    last.pop(scope, None)
+    last[scope] = value
+    if len(last) > SCOPES_KEPT:
+        del last[next(iter(last))]
+
+
 class SimulatedModel:
     """A deterministic offline :class:`~hango.models.base.Model` with provider-faithful usage.
 
@@ -497,13 +510,22 @@ class SimulatedModel:
         self.caching = caching
         self.prefix_cache = PrefixCache(rules)
         self.prefix_traces: list[PrefixTrace] = []
-        self._last_prompt: list[Token] | None = None
+        # The previous call of each cache scope (base.cache_scope): diagnostics compare a call
+        # with the last one of its own scope, so one tenant's answer says nothing of another's.
+        self._last_trace: dict[str, CacheTrace] = {}
+        self._last_prompts: dict[str, list[Token]] = {}
+        # One model may serve many threads (hango serve's runs): one call at a time.
+        self._lock = threading.Lock()
 
     @property
     def rules(self) -> PrefixRules:
         return self.prefix_cache.rules
 
     def complete(self, request: Request) -> Response:
+        with self._lock:
+            return self._complete(request)
+
+    def _complete(self, request: Request) -> Response:
         started = self.clock()
         model = request.model or self.name
         if self.caching == "automatic":
@@ -512,12 +534,14 @@ class SimulatedModel:
         pos, marks = wire_positions(wire_request(request, model))
         # max_tokens=0 is a pre-warm: write the cache, generate nothing
         reply = Reply() if request.max_tokens == 0 else self._reply(request)
-        prev = self.traces[-1] if self.traces else None
+        scope = cache_scope(request)
+        prev = self._last_trace.get(scope)
         # Was the previous call's cache still alive when this call started? (Asked before this
         # call rewrites the store, to tell "expired" from "outside_lookback".)
         prev_alive = prev is not None and prev.last_eligible is not None and self._alive(
             prev.model, prev.keys[prev.last_eligible], started)
         trace, usage = self._cache(model, started, pos, marks)
+        _remember(self._last_trace, scope, trace)
         diagnostics = None  # no breakpoint: caching was not asked for, so there is no verdict
         if marks:
             diagnostics = self._diagnose(trace, usage, prev, prev_alive)
@@ -528,7 +552,9 @@ class SimulatedModel:
         tokens = rendered_tokens(chat_request(request, model))
         reply = Reply() if request.max_tokens == 0 else self._reply(request)
         usage, read, cached = self.prefix_cache.price(model, started, tokens)
-        previous, self._last_prompt = self._last_prompt, tokens
+        scope = cache_scope(request)
+        previous = self._last_prompts.get(scope)
+        _remember(self._last_prompts, scope, tokens)
         same = None if previous is None else common_prefix(previous, tokens)
         changed = None if previous is None or same == len(previous) else same  # or only grew
         return self._answer(request, model, reply, usage, None,
