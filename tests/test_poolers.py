@@ -57,7 +57,7 @@ needs_pgbouncer = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 # Every table under row-level security, and a query that counts, with no WHERE clause, the
 # rows of each that belong to another tenant than ``%(me)s``.
 TENANT_TABLES = ("tenants", "agents", "agent_files", "tenant_usage", "agent_changes", "runs",
-                 "proposals")
+                 "proposals", "run_calls")
 FOREIGN = "SELECT current_user, " + " + ".join(
     f"(SELECT count(*) FROM {t} WHERE tenant_id <> %(me)s)" for t in TENANT_TABLES) + \
     ", (SELECT count(*) FROM agent_files)"
@@ -233,7 +233,13 @@ def test_the_url_names_the_database_and_postgres_is_only_for_creating_it(
 
 @needs_pgbouncer
 def test_db_status_and_doctor_through_the_pooler_say_the_role_and_rls(stack: pgbouncer_stack.Stack) -> None:
-    pooled(stack, "transaction").close()  # set up
+    db = pooled(stack, "transaction")  # set up
+    with db.admin() as conn:  # the probe's tables are every table row-level security guards
+        guarded = {r[0] for r in conn.execute(
+            "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace "
+            "AND relkind = 'r' AND relrowsecurity").fetchall()}
+    db.close()
+    assert guarded == set(TENANT_TABLES)
     env = {**os.environ, "HANGO_DATABASE_URL": stack.url("transaction"),
            "HANGO_DATABASE_POOLER": "transaction"}
     env.pop("HANGO_DATABASE_NAME", None)
