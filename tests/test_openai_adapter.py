@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hango.agent import proposals
+from hango.agent.promptcache import tenant_scope
 from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, create_tenant, create_token, save_agent
 from hango.api.app import create_app, serve_in_thread
@@ -211,7 +212,11 @@ def test_a_run_with_tool_calls_and_cached_tokens(server: Server, db: Database, t
     result = Agent(db, tenant, "a1", model_for(server)).run("What do you remember?")
     assert (result.status, result.text) == ("done", "Done.")
     first, second = (r["body"] for r in server.received)
-    assert first["messages"][1]["content"].startswith('<memory path="/memories/AGENTS.md">')
+    # The first user turn opens with the tenant's cache scope (a template may start the stream
+    # there), then memory, then the user's text.
+    scope = tenant_scope(tenant).text
+    assert first["messages"][0]["content"].startswith(scope)
+    assert first["messages"][1]["content"].startswith(f'{scope}\n\n<memory path="/memories/AGENTS.md">')
     assert second["messages"][:2] == first["messages"][:2]
     assert second["messages"][2]["tool_calls"][0]["function"] == {
         "name": "ls", "arguments": '{"path":"/memories"}'}

@@ -13,7 +13,10 @@ there loses them. Hence the one rule of this renderer:
 
 - the system blocks up to the request's system breakpoint (base prompt, skills index) are the
   **system message**;
-- the blocks after it (memory) open the **first user message**, before the user's own text.
+- the blocks after it (memory) open the **first user message**, before the user's own text;
+- a tenant's cache-scope block (the request's first, :func:`~hango.models.base.cache_scope`)
+  opens both: Mistral's templates put the system text before the *last* user message, so the
+  stream starts with the first user message, and that start must be the tenant's own too.
 
 In every template above that lands memory after the tools, the base prompt and the skills
 index. It is text of the first user turn, not a message of its own: Mistral's templates refuse
@@ -31,7 +34,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hango.models.base import NO_PARAMETERS, Message, Request, _blank, _content, check_breakpoints
+from hango.models.base import (
+    NO_PARAMETERS,
+    Message,
+    Request,
+    _blank,
+    _content,
+    cache_scope,
+    check_breakpoints,
+)
 
 
 def canonical_json(value: Any) -> str:
@@ -79,6 +90,9 @@ def chat_request(request: Request, model: str | None = None) -> dict[str, Any]:
     if stable:
         messages.append({"role": "system", "content": "\n\n".join(stable)})
     rendered = [m for msg in request.messages for m in _messages(msg)]
+    scope = cache_scope(request)
+    if scope and stable:  # the scope opens the first user turn too (module docstring)
+        after = [scope, *after]
     if after:
         opening = "\n\n".join(after)
         first = rendered[0] if rendered else None
