@@ -21,6 +21,7 @@ from hango.models.base import (
     InvalidRequest,
     Message,
     Request,
+    Response,
     ToolCall,
     ToolResult,
     ToolSpec,
@@ -673,3 +674,35 @@ def test_usage_always_adds_up(calls: list[tuple[int, int, int]]) -> None:
             u.input_tokens == total - (min(bp, n - 1) + 1) * SYS
             or u.cache_creation_input_tokens == u.cache_read_input_tokens == 0
         )
+
+
+def test_one_model_serves_many_threads_and_a_slow_policy_holds_none_of_them() -> None:
+    """The server shares one model among its run threads: a policy that takes its time (here it
+    waits on an event) holds up no other call, and calls from many threads at once are each
+    priced once, none lost."""
+    import threading
+
+    release = threading.Event()
+
+    def policy(req: Request) -> str:
+        if req.messages[-1].text == "hold":
+            assert release.wait(30)
+        return "ok"
+
+    def ask(text: str) -> Request:
+        return request(2, (1,), messages=(Message("user", text),))
+
+    model = SimulatedModel(policy=policy)
+    held = threading.Thread(target=model.complete, args=(ask("hold"),))
+    held.start()
+    answers: list[Response] = []
+    workers = [threading.Thread(target=lambda t=f"q{i}": answers.append(model.complete(ask(t))))
+               for i in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(30)
+    assert len(answers) == 8 and held.is_alive()  # the others answered; the held call waits
+    release.set()
+    held.join(30)
+    assert len(model.calls) == 9 and len({r.id for _, r in model.calls}) == 9

@@ -514,7 +514,8 @@ class SimulatedModel:
         # with the last one of its own scope, so one tenant's answer says nothing of another's.
         self._last_trace: dict[str, CacheTrace] = {}
         self._last_prompts: dict[str, list[Token]] = {}
-        # One model may serve many threads (hango serve's runs): one call at a time.
+        # One model may serve many threads (hango serve's runs): one call's cache accounting
+        # at a time (a policy runs outside it).
         self._lock = threading.Lock()
 
     @property
@@ -522,18 +523,24 @@ class SimulatedModel:
         return self.prefix_cache.rules
 
     def complete(self, request: Request) -> Response:
-        with self._lock:
-            return self._complete(request)
-
-    def _complete(self, request: Request) -> Response:
         started = self.clock()
         model = request.model or self.name
-        if self.caching == "automatic":
-            return self._complete_automatic(request, model, started)
-        # The body AnthropicModel would send; a request it would refuse fails here, unchanged.
-        pos, marks = wire_positions(wire_request(request, model))
-        # max_tokens=0 is a pre-warm: write the cache, generate nothing
+        # The body the adapter would send; a request it would refuse fails here, unchanged.
+        body = (chat_request(request, model) if self.caching == "automatic"
+                else wire_request(request, model))
+        # max_tokens=0 is a pre-warm: write the cache, generate nothing. The reply is made with
+        # no lock held: a policy may take its time (a test's model waits on an event), and other
+        # threads' calls go on meanwhile; only the cache accounting below is one call at a time.
         reply = Reply() if request.max_tokens == 0 else self._reply(request)
+        with self._lock:
+            if self.caching == "automatic":
+                return self._price_automatic(request, model, started, body, reply)
+            return self._price(request, model, started, body, reply)
+
+    def _price(self, request: Request, model: str, started: float, body: dict[str, Any],
+               reply: Reply) -> Response:
+        """Anthropic's rules: entries at breakpoints, the 20-position lookback, TTLs."""
+        pos, marks = wire_positions(body)
         scope = cache_scope(request)
         prev = self._last_trace.get(scope)
         # Was the previous call's cache still alive when this call started? (Asked before this
@@ -547,10 +554,10 @@ class SimulatedModel:
             diagnostics = self._diagnose(trace, usage, prev, prev_alive)
         return self._answer(request, model, reply, usage, diagnostics, trace)
 
-    def _complete_automatic(self, request: Request, model: str, started: float) -> Response:
-        """The automatic prefix regime: price the Chat Completions body (refusing what it refuses)."""
-        tokens = rendered_tokens(chat_request(request, model))
-        reply = Reply() if request.max_tokens == 0 else self._reply(request)
+    def _price_automatic(self, request: Request, model: str, started: float,
+                         body: dict[str, Any], reply: Reply) -> Response:
+        """The automatic prefix regime: price the Chat Completions body."""
+        tokens = rendered_tokens(body)
         usage, read, cached = self.prefix_cache.price(model, started, tokens)
         scope = cache_scope(request)
         previous = self._last_prompts.get(scope)
@@ -652,20 +659,22 @@ class SimulatedModel:
 
     def _reply(self, request: Request) -> Reply:
         if self._script is not None:
-            if not self._script:
-                raise RuntimeError(f"{self.name}: the script has no reply left for call "
-                                   f"{self._answered + 1}")
-            entry = self._script.pop(0)
+            with self._lock:  # each entry once, in order, whichever thread asks
+                if not self._script:
+                    raise RuntimeError(f"{self.name}: the script has no reply left for call "
+                                       f"{self._answered + 1}")
+                entry = self._script.pop(0)
             reply = _as_reply(entry(request) if callable(entry) else entry)
         else:
             assert self._policy is not None
             reply = _as_reply(self._policy(request))
         calls = []
-        for c in reply.tool_calls:
-            if not c.id:
-                self._next_call_id += 1
-                c = ToolCall(f"call_{self._next_call_id}", c.name, c.arguments)
-            calls.append(c)
+        with self._lock:
+            for c in reply.tool_calls:
+                if not c.id:
+                    self._next_call_id += 1
+                    c = ToolCall(f"call_{self._next_call_id}", c.name, c.arguments)
+                calls.append(c)
         return Reply(reply.text, tuple(calls))
 
 
