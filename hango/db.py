@@ -301,7 +301,7 @@ def _check_setup_privileges(conn: psycopg.Connection[Any], dbname: str) -> None:
 
     A superuser can. So can a role such as a managed service gives (CREATEROLE, owner of the
     database): it creates ``hango_app``, which makes it that role's admin, and grants itself
-    ``SET`` on it (schema.sql). Otherwise ``hango_app`` must exist and be granted to it.
+    ``SET`` on it (schema/10-files.sql). Otherwise ``hango_app`` must exist and be granted to it.
     """
     row = conn.execute(
         """SELECT r.rolsuper, r.rolcreaterole,

@@ -1,4 +1,4 @@
-"""The package's seams (issue 11, point 4), held by reading its source: a regression that crosses
+"""The package's seams, held by reading its source: a regression that crosses
 one fails here, not in a review."""
 
 from __future__ import annotations
