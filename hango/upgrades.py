@@ -14,7 +14,7 @@ new body) is a step with no SQL: the database still records it, so an older hang
 know the step, refuses that database instead of putting back its own functions.
 
 Refused: a database with a step this hango does not know (a newer hango made it), one older than
-the first release with steps (85d6e28), and hango's tables without hango's version row.
+release 85d6e28 (the oldest it upgrades), and hango's tables without hango's version row.
 """
 
 from __future__ import annotations
