@@ -13,12 +13,10 @@ up each query's ``WHERE tenant_id = ...`` for the owner too (:meth:`Database.adm
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import select
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from importlib import resources
 from typing import Any, LiteralString
 
 import psycopg
@@ -35,6 +33,7 @@ from hango.embedded import project_data_dir as project_data_dir
 from hango.embedded import resolve_data_dir as resolve_data_dir
 from hango.embedded import start_embedded as start_embedded
 from hango.settings import Settings, get_settings
+from hango.upgrades import applied_version, bring_up_to_date, schema_version
 
 APP_ROLE = "hango_app"
 _SCHEMA_LOCK = 0x68616E67  # "hang": serialises schema application across processes
@@ -180,27 +179,29 @@ class Database:
         return self.admin_connection(autocommit=True)
 
     def apply_schema(self) -> None:
-        """Apply ``schema.sql`` once per version: safe at every start and from many processes.
+        """Bring the database to this hango's schema once per version: safe at every start and
+        from many processes.
 
-        One query compares the SHA-256 of ``schema.sql`` with the row in ``hango_schema``; when
-        they match nothing else happens (no DDL, no lock), so starting a process or a CLI command
-        costs one round trip. Otherwise the DDL runs under an advisory lock, and the version is
-        checked again inside it: of many processes starting at once, one applies it.
+        One query compares :func:`~hango.upgrades.schema_version` with the row in
+        ``hango_schema``; when they match nothing else happens (no DDL, no lock), so starting a
+        process or a CLI command costs one round trip. Otherwise, under an advisory lock and with
+        the version checked again inside it (of many processes starting at once, one does it),
+        :func:`~hango.upgrades.bring_up_to_date` sets up a new database, upgrades one an earlier
+        release made, or refuses it with a message.
         """
-        ddl = resources.files("hango").joinpath("schema.sql").read_bytes()
-        version = hashlib.sha256(ddl).hexdigest()
+        version = schema_version()
         with self._schema_connection() as conn, mapped():
-            if _schema_version(conn) == version:
+            if applied_version(conn) == version:
                 return
             _check_setup_privileges(conn, self.name)
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", [_SCHEMA_LOCK])
                 # an admin operation over every tenant (the upgrade steps may backfill rows)
                 conn.execute(_BEGIN_ADMIN, [None, "on"])
-                if _schema_version(conn, in_transaction=True) == version:
+                if applied_version(conn, in_transaction=True) == version:
                     return
                 try:
-                    conn.execute(ddl)
+                    bring_up_to_date(conn, self.name)
                 except psycopg.errors.InsufficientPrivilege as exc:
                     raise DatabaseError(
                         f"role {conn.info.user!r} cannot set up hango's schema in database "
@@ -295,30 +296,12 @@ def readable(fd: int) -> bool:
     return bool(poller.poll(0))
 
 
-def _schema_version(conn: psycopg.Connection[Any], in_transaction: bool = False) -> str | None:
-    """The version row, or ``None`` on a database hango has not set up yet (no table).
-
-    Outside a transaction this is one query; inside one, a missing table must not abort the
-    transaction, so it is looked up first."""
-    if not in_transaction:
-        try:
-            row = conn.execute("SELECT version FROM public.hango_schema").fetchone()
-        except psycopg.errors.UndefinedTable:
-            return None
-    else:
-        exists = conn.execute("SELECT to_regclass('public.hango_schema') IS NOT NULL").fetchone()
-        if not exists or not exists[0]:
-            return None
-        row = conn.execute("SELECT version FROM public.hango_schema").fetchone()
-    return None if row is None else str(row[0])
-
-
 def _check_setup_privileges(conn: psycopg.Connection[Any], dbname: str) -> None:
     """Before any DDL: can this role set hango up here? If not, one message with all it needs.
 
     A superuser can. So can a role such as a managed service gives (CREATEROLE, owner of the
     database): it creates ``hango_app``, which makes it that role's admin, and grants itself
-    ``SET`` on it (schema.sql). Otherwise ``hango_app`` must exist and be granted to it.
+    ``SET`` on it (schema/10-files.sql). Otherwise ``hango_app`` must exist and be granted to it.
     """
     row = conn.execute(
         """SELECT r.rolsuper, r.rolcreaterole,

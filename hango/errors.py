@@ -119,7 +119,7 @@ class FileTooLarge(HangoError, ValueError):
 class PathConflict(HangoError, ValueError):
     """A file and a directory may not share a name (``/notes`` and ``/notes/x``).
 
-    The database refuses it (a trigger in ``schema.sql``, serialised per first segment, so two
+    The database refuses it (a trigger in ``schema/20-integrity.sql``, serialised per first segment, so two
     racing writers cannot both win); ``other`` is the existing path it clashes with.
     """
 
@@ -133,7 +133,7 @@ class PathConflict(HangoError, ValueError):
 class QuotaExceeded(HangoError, RuntimeError):
     """The write would take the tenant over ``HANGO_TENANT_MAX_FILES`` or
     ``HANGO_TENANT_MAX_BYTES`` (``quota`` names which). Nothing was written. The database
-    enforces it (``tenant_usage`` in ``schema.sql``), so concurrent writers cannot overshoot."""
+    enforces it (``tenant_usage`` in ``schema/20-integrity.sql``), so concurrent writers cannot overshoot."""
 
     status: ClassVar[int] = 413
 

@@ -89,7 +89,7 @@ class Settings(BaseSettings):
         "see hango/agent/promptcache.py and bench/cache_ratio.py.",
     )
     # Issue 10 (hardening): no door makes a file larger than this; listings come in pages; and
-    # each tenant has a quota of files and bytes, enforced by the database (schema.sql).
+    # each tenant has a quota of files and bytes, enforced by the database (schema/20-integrity.sql).
     max_file_bytes: int = Field(default=16 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024)
     list_page_default: int = Field(default=1000, ge=1, le=100_000)
     list_page_max: int = Field(default=10_000, ge=1, le=100_000)

@@ -1,4 +1,8 @@
-"""The offline model that acts (hango.models.acting): the conventions a learner types, matched in
+"""The acting policy's conventions in several phrasings and near-misses, only offered tools, the
+published table equal to README's and glossary's, the same through the stack on PostgreSQL, and the
+README's walkthrough against `hango serve` in a subprocess.
+
+The offline model that acts (hango.models.acting): the conventions a learner types, matched in
 several phrasings and not in near-misses, from what a real model sees; then the same through the
 real stack on PostgreSQL, and the README's walkthrough against ``hango serve`` in a subprocess.
 """

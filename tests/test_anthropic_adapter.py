@@ -1,4 +1,6 @@
-"""``AnthropicModel`` through the real ``anthropic`` SDK, over real HTTP, to a stub on 127.0.0.1.
+"""`cache_control` lands on the positions the simulator marks; usage maps back.
+
+``AnthropicModel`` through the real ``anthropic`` SDK, over real HTTP, to a stub on 127.0.0.1.
 
 The stub records each request body and answers with a Messages API response, so these tests see
 exactly what would go on the wire: where ``cache_control`` landed and how usage comes back.

@@ -1,4 +1,9 @@
-"""The files API over real HTTP: uvicorn on loopback in a thread, the real database behind it.
+"""The files API over real HTTP: owner writes memory, member refused under reserved prefixes, another
+tenant gets 404 (never 403, and never tenant A's `/memories/AGENTS.md`), 401s, invalid paths 422
+naming the rule, `If-Match`, body limits, the client, and the full auth matrix (7 principals ×
+every operation × memory, skill and ordinary paths).
+
+The files API over real HTTP: uvicorn on loopback in a thread, the real database behind it.
 
 No TestClient: requests go through a socket, so URL decoding, Content-Length and chunked bodies
 are what a learner's curl would meet.

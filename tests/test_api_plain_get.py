@@ -1,4 +1,4 @@
-"""Issue 14: a plain GET of a file is answered in one statement (``hango.api.plain_get``).
+"""A plain GET of a file is answered in one statement (``hango.api.plain_get``).
 
 The same GET with a query string goes through the FastAPI route, which is the reference: both
 doors must give the same bytes, refuse a revoked or expired token on the very next request,

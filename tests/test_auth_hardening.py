@@ -1,4 +1,4 @@
-"""Issue 10, points 2, 5 and 7: the token lookup cannot be hijacked, nobody unauthenticated gets
+"""The token lookup cannot be hijacked, nobody unauthenticated gets
 a body read, and tokens expire and are revoked.
 
 - 10.2: every SECURITY DEFINER function pins ``search_path = pg_catalog, public, pg_temp`` and

@@ -1,5 +1,11 @@
-"""PostgresBackend against the real database: reads capped in SQL, writes, edits, versions,
-listings, the indexed skills scan, and row-level security under the app role."""
+"""A capped read transfers only the cap and touches only the first chunks; `read_many` is one query,
+in the order given; versions, create-only, edit, delete, `ls`, `glob`; the heads scan uses the
+partial index (`EXPLAIN`); RLS hides other tenants even without a `WHERE`, as `hango_app` (not
+superuser, not BYPASSRLS).
+
+PostgresBackend against the real database: reads capped in SQL, writes, edits, versions,
+listings, the indexed skills scan, and row-level security under the app role.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The caps under load: a 10 MiB AGENTS.md and 10,000 SKILL.md files in one namespace.
+"""A namespace of 10,000 `SKILL.md` files and a 10 MiB `AGENTS.md`, made by the database: what a run
+loads and what leaves the database stay within `HANGO_MEMORY_MAX_BYTES`; at most `HANGO_SKILLS_MAX`
+skills indexed and `HANGO_SKILLS_MAX + 1` heads read; bytes asserted, never time.
+
+The caps under load: a 10 MiB AGENTS.md and 10,000 SKILL.md files in one namespace.
 
 The files are made by the database itself (one ``INSERT ... SELECT generate_series``), so the
 fixture takes about a second. What is asserted is *bytes*, never time (``bench/caps_under_load.py``

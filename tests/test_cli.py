@@ -1,4 +1,11 @@
-"""The ``hango`` command, run as a learner runs it: the venv's executable, in a subprocess."""
+"""`hango tenant/token/agent create` (refusing an existing agent), `hango agent set` (only the flags
+given), the base prompt's length, errors that name the input, usage errors exit 2, `hango serve`
+answers over HTTP, with two worker processes too (files and runs; SIGTERM stops both), a bad worker
+count named (`--workers`, `HANGO_WORKERS`, `--metrics` with several), `hango db
+status/url/start/stop`.
+
+The ``hango`` command, run as a learner runs it: the venv's executable, in a subprocess.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""compose.yaml and the Grafana provisioning, checked without a Docker engine.
+"""`compose.yaml` against the compose-spec schema; every image an exact version; a shell entrypoint
+only in an image that has one; ports, profiles and volumes; every PromQL expression in the
+dashboard names a series hango emits; no gauge inside a rate; the miss panel's key is the view's.
+
+Compose.yaml and the Grafana provisioning, checked without a Docker engine.
 
 * The compose file is validated against the compose-spec JSON Schema (draft 2020-12).
   ``tests/data/compose-spec.json`` is the copy vendored by the PyPI package

@@ -1,4 +1,7 @@
-"""Several processes edit ``/memories/AGENTS.md`` through the files API at the same moment.
+"""Several processes edit `/memories/AGENTS.md` through the API at once: `If-Match` loses no update,
+PUT without it is last-writer-wins, concurrent PATCH edits never lose lines.
+
+Several processes edit ``/memories/AGENTS.md`` through the files API at the same moment.
 
 The server is the session's (``api_url``: uvicorn on loopback) over the real database; each writer is a
 separate Python *process* (``subprocess``) with its own HTTP connection, all released at once by

@@ -1,4 +1,8 @@
-"""hango.telemetry.content: the prompt in the trace, opt-in and bounded, from the one view."""
+"""The capture switch and its values; the conventions' shapes with each block's source; the cap (fair
+cuts, then the oldest messages); no content unless asked.
+
+Hango.telemetry.content: the prompt in the trace, opt-in and bounded, from the one view.
+"""
 
 from __future__ import annotations
 

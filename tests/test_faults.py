@@ -1,4 +1,8 @@
-"""The database stops in the middle of a run and in the middle of an API write.
+"""The database stops in the middle of a run and of an API write (on a server of its own): a clear
+`database unavailable` error or 503, nothing half-written, and the same pool works again after a
+restart.
+
+The database stops in the middle of a run and in the middle of an API write.
 
 These tests start their OWN embedded PostgreSQL server in a temporary data folder (database
 ``faults``; outside pytest's temporary root, see ``server_dir`` in conftest.py), so stopping it

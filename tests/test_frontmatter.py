@@ -1,4 +1,9 @@
-"""Table tests for the SKILL.md frontmatter reader: every construct, every rejection.
+"""Every YAML form accepted, every rejection and its reason, caps inclusive, a 16 MB body never read;
+both tools spellings accepted alike; `license` and `compatibility` silent, other unknown keys
+warned; a head cut inside a character still counts as cut; undecodable bytes refused with their
+line.
+
+Table tests for the SKILL.md frontmatter reader: every construct, every rejection.
 
 Each accepted case is also read with PyYAML (``yaml.safe_load``, a test-only
 dependency) so an expectation typed here can never drift from what YAML means.

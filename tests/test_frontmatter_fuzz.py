@@ -1,4 +1,7 @@
-"""Property tests for the frontmatter reader (hypothesis).
+"""Random bytes, YAML-ish text and mutated corpus files: read as PyYAML does or rejected, never
+misread; worst cases stay fast.
+
+Property tests for the frontmatter reader (hypothesis).
 
 Three promises, checked on random input:
 

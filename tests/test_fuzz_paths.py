@@ -1,4 +1,10 @@
-"""Paths under attack: no accepted path escapes its namespace or the reserved-prefix rule.
+"""Generated attack paths (percent-encoded and double-encoded dots and slashes, overlong UTF-8, NUL,
+backslashes, Unicode lookalikes of `.`, `/` and the reserved names) through `clean`, the backend,
+the agent's tools in a real run and the files API over HTTP; after each example both tenants' rows
+are compared with a snapshot: nothing escapes its namespace or the reserved-prefix rule, nothing is
+a 5xx.
+
+Paths under attack: no accepted path escapes its namespace or the reserved-prefix rule.
 
 Four layers, each fed generated paths built from the forms an attacker tries: percent-encoded
 dots and slashes (``%2e%2e``, ``%2E``, ``%2f``), double encoding (``%252e``), overlong UTF-8

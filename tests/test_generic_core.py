@@ -1,4 +1,4 @@
-"""The runtime knows no feature by name (issue 11.1, 11.4), and what resume keeps of a run.
+"""The runtime knows no feature by name, and what resume keeps of a run.
 
 A feature publishes what it measured in ``ctx.attributes``; the runtime copies that to every chat
 span, the run's log line and ``RunResult.attributes`` without knowing the names.

@@ -1,4 +1,4 @@
-"""Issue 10, findings 1, 3 and 6: no door amplifies a file, listings are bounded, tenants have
+"""No door amplifies a file, listings are bounded, tenants have
 quotas, and a file and a directory never share a name.
 
 Every door is tried: the backend, the files API over real HTTP, the client, and the agent's

@@ -1,4 +1,8 @@
-"""Prompt-structure injection: untrusted file content cannot change the prompt's structure.
+"""Untrusted skill text stays on its index line (crafted and generated, every Unicode line break);
+memory that imitates the prompt's structure cannot move the breakpoint or add `cache_control`
+markers.
+
+Prompt-structure injection: untrusted file content cannot change the prompt's structure.
 
 Two promises, each checked on crafted and on generated content:
 
@@ -6,7 +10,7 @@ Two promises, each checked on crafted and on generated content:
    ``/skills/`` controls. Whatever they contain (newlines, ``U+2028``/``U+2029``/``U+0085``, bidi
    overrides, ``</skills>``, ``## System``, markdown fences, 1024-character lines), the index
    stays ``header + one "- " line per skill + footer``: the line count is ``skills + 2`` under
-   ``str.splitlines()`` (which breaks on every Unicode line boundary, stricter than ``\\n``), and
+   ``str.splitlines()`` (which breaks on every Unicode line boundary, stricter than ``\n``), and
    no markup character survives unescaped.
 2. **Memory and the breakpoint.** Memory is after the system breakpoint, always. Content that
    imitates the structure (``</memory>``, a fake ``<memory path=...>``, ``cache_control``

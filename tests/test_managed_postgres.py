@@ -1,4 +1,5 @@
-"""Issue 10.10: ``HANGO_DATABASE_URL`` on a server where the URL's role is not a superuser.
+"""``HANGO_DATABASE_URL`` on a server where the URL's role is not a superuser: hango sets itself
+up there, or says what the role needs.
 
 A managed PostgreSQL service gives you a role with ``CREATEROLE`` (and a database it owns, or
 ``CREATEDB``), never a superuser. This module starts a SECOND PostgreSQL server of its own (the

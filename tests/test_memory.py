@@ -1,4 +1,11 @@
-"""MemoryMiddleware over real PostgreSQL: placement after the breakpoint, reload, caps."""
+"""Memory blocks at an index greater than the breakpoint index (and the wrong order shown to fail
+that); re-read every run; a missing source is an event, not an error; sources in config order with
+path headers; the byte cap at a UTF-8 boundary with a marker that names the sources left out, and
+the same in the warning; the cap applied in SQL (64 KiB transferred from a 10 MiB file); comment
+stripping; exactly two hooks; private state.
+
+MemoryMiddleware over real PostgreSQL: placement after the breakpoint, reload, caps.
+"""
 
 from __future__ import annotations
 

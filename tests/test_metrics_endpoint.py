@@ -1,4 +1,7 @@
-"""``hango serve --metrics``: Prometheus text format on ``/metrics``, for loopback clients only.
+"""`/metrics` after a real run: exactly the predicted series, every series the dashboard queries;
+loopback clients only; off by default.
+
+``hango serve --metrics``: Prometheus text format on ``/metrics``, for loopback clients only.
 
 One real agent run records into a Prometheus-exporter meter provider; the files API serves its
 ``/metrics`` over real HTTP on loopback. The scraped series must be exactly the names

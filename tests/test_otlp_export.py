@@ -1,4 +1,8 @@
-"""configure(mode="otlp"/"langfuse") with the real OTLP/HTTP exporters, against a real receiver.
+"""OTLP and Langfuse export over HTTP; `OTEL_*` per signal, traces only or metrics only; `flush()`
+reports failed exports; the Langfuse SDK's headers, every span, root metadata and the usage
+mapping; a backend that is down, failing or slow never fails or slows a run.
+
+Configure(mode="otlp"/"langfuse") with the real OTLP/HTTP exporters, against a real receiver.
 
 The receiver is a small ``http.server`` on 127.0.0.1 that accepts POST /v1/traces, /v1/metrics
 and Langfuse's /api/public/otel/v1/traces, and decodes the protobuf bodies with

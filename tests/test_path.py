@@ -1,4 +1,9 @@
-"""The path rules and the one write rule, as a table and as properties.
+"""As the specification's `path_test.go`: reserved paths (`/memories/AGENTS.md`,
+`/skills/x/SKILL.md`) writable only by owner/admin, the near-miss `/memorie/x` ordinary,
+`/notes/../memories/AGENTS.md` rejected naming the rule, length limits inclusive, source
+validation; a property test that every accepted path obeys every rule.
+
+The path rules and the one write rule, as a table and as properties.
 
 ``/memories`` and ``/skills`` without a trailing slash are *files at the root* named like the
 reserved directories. They are reserved too (``reserved_prefix`` checks ``path + "/" == prefix``):

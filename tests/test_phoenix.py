@@ -1,4 +1,10 @@
-"""The trace picture in a real viewer: one agent run, read back through Arize Phoenix's REST API.
+"""One run read back through a real Arize Phoenix's REST API (installed into `.traces-venv`, loopback,
+free ports): `agent.memory_load` and `agent.skills_index` under `agent.before_run`,
+`hango.memory.bytes` and `hango.skills.count` on the chat span; one run served by `hango serve
+--phoenix` with its session and its prompt in the input pane; skipped with the reason when the
+registry is unreachable.
+
+The trace picture in a real viewer: one agent run, read back through Arize Phoenix's REST API.
 
 Phoenix is installed once into ``.traces-venv`` (its own virtual environment, as ``make traces``
 does; about a minute on a fast line) and started on loopback on free ports for this module only.

@@ -1,4 +1,7 @@
-"""The README recipe, for real: Debian/Ubuntu's ``prometheus`` scrapes ``/metrics``, and every
+"""Debian/Ubuntu's `prometheus` scrapes `/metrics` after real runs and every PromQL query of the
+dashboard returns data; skipped without a `prometheus` binary.
+
+The README recipe, for real: Debian/Ubuntu's ``prometheus`` scrapes ``/metrics``, and every
 PromQL query of the Grafana dashboard in ``deploy/grafana`` returns data.
 
 Skipped when no ``prometheus`` binary is on PATH (``sudo apt install prometheus``). Prometheus

@@ -1,4 +1,4 @@
-"""PromptCache: the prefix TTL, and a valid request whatever the caller marked (issue 12, point 3)."""
+"""PromptCache: the prefix TTL, and a valid request whatever the caller marked."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Agent-written memory under approval (issue 13), through HTTP on real PostgreSQL.
+"""Agent-written memory under approval, through HTTP on real PostgreSQL.
 
 The server runs each agent with one offline model whose policy reads the prompt: ``do [calls]``
 makes it call those tools in one turn, then answer with the tool results it got. So a test

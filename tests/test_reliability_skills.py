@@ -1,4 +1,8 @@
-"""Skills under stress: broken files never fail a run, and ``allowed_tools`` only ever narrows.
+"""Generated broken `SKILL.md` files beside good ones: every run completes with every good skill,
+every refused file counted and named; generated skills, sources, allowlists and tool calls: a tool
+executes only inside the allowlist and, once narrowing skills were read, inside their intersection.
+
+Skills under stress: broken files never fail a run, and ``allowed_tools`` only ever narrows.
 
 ``tests/test_frontmatter_fuzz.py`` holds the parser to its contract in isolation (random bytes,
 mutated corpus files, differential against PyYAML). This file checks what a *run* does with

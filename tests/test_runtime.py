@@ -1,5 +1,11 @@
-"""The run loop over real PostgreSQL: allowlist, tool errors, reserved prefixes, subagents,
-and where the stack puts the cache breakpoint."""
+"""Slot order pinned; agent writes under `/memories/` and `/skills/` refused with nothing written; the
+allowlist; tool errors go back to the model; the step limit; byte-stable assembly (the same inputs
+give the same request bytes); the conversation breakpoint stays within 4; subagent state never
+reaches the parent; undeclared subagents refused.
+
+The run loop over real PostgreSQL: allowlist, tool errors, reserved prefixes, subagents,
+and where the stack puts the cache breakpoint.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""Issue 14.5: ``schema.sql`` is applied once per version.
+"""The schema is applied once per version: a process whose files match runs one query, no DDL, no lock.
 
-Before, every process and every CLI command ran the whole of ``schema.sql`` (DROP/CREATE POLICY
-among it) under an advisory lock: 30 concurrent ``hango tenant create`` queued on that lock and
-stalled a running server's requests behind the DDL's table locks. Now a row in ``hango_schema``
-holds the SHA-256 of the applied file; one query compares it, and when it matches nothing runs.
+Before, every process and every CLI command ran the whole schema (DROP/CREATE POLICY among it)
+under an advisory lock: 30 concurrent ``hango tenant create`` queued on that lock and stalled a
+running server's requests behind the DDL's table locks. Now a row in ``hango_schema`` holds the
+SHA-256 of the applied files and upgrade steps; one query compares it, and when it matches
+nothing runs.
 
 DDL is observed, not guessed: an event trigger in a database of the test's own logs every DDL
 command, and the version row's ``xmin`` shows whether it was written.
@@ -14,15 +15,15 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from importlib import resources
 
 import psycopg
 import pytest
 
 from hango.db import _SCHEMA_LOCK, Database
 from hango.settings import Settings, load_settings
+from hango.upgrades import schema_files
 
-SCHEMA = resources.files("hango").joinpath("schema.sql").read_text(encoding="utf-8")
+SCHEMA = "".join(text.decode("utf-8") for _, text in schema_files())
 LOG_DDL = """
 CREATE TABLE public.ddl_log (tag text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE FUNCTION public.log_ddl() RETURNS event_trigger LANGUAGE plpgsql
@@ -87,8 +88,8 @@ def test_a_changed_schema_is_applied_once(private: Settings) -> None:
         with first.admin() as conn:
             applied = _version(conn)
             conn.execute(LOG_DDL)
-            conn.execute("UPDATE hango_schema SET version = 'an older schema.sql'")
-        second = Database(private)  # sees a different version: applies schema.sql
+            conn.execute("UPDATE hango_schema SET version = 'an older schema'")
+        second = Database(private)  # sees a different version: applies the schema
         second.close()
         Database(private).close()  # and the next start does not again
         with first.admin() as conn:

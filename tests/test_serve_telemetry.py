@@ -1,4 +1,9 @@
-"""``hango serve``'s telemetry, for real: the server is a subprocess configured by the standard
+"""`hango serve` as a subprocess with `OTEL_*` at a loopback receiver: the span tree, the run line
+(stderr and OTLP logs, in the run's trace), the metrics; the prompt with capture on, none with it
+off; nothing sent when nothing is configured; a setting it cannot honour stops it naming the
+variable.
+
+``hango serve``'s telemetry, for real: the server is a subprocess configured by the standard
 ``OTEL_*`` variables only, a run is made over HTTP, and a loopback OTLP/HTTP receiver decodes
 what arrives (opentelemetry-proto, as a collector would): the span tree, the run's log line, the
 metrics; the prompt on the chat span when content capture is on, none when it is off; and nothing

@@ -53,6 +53,11 @@ def test_every_variable_is_documented_with_its_default(name: str) -> None:
             f"{_env(name)}: README says {cell!r}, code says {shown!r}")
 
 
+def test_every_row_of_the_readme_table_is_a_setting() -> None:
+    """And the other way round: the table has no row for a variable hango does not read."""
+    assert sorted(_documented()) == sorted(_env(name) for name in FIELDS)
+
+
 @pytest.mark.parametrize("name", FIELDS)
 def test_the_default_is_what_an_empty_environment_gives(name: str) -> None:
     assert getattr(load_settings(), name) == Settings.model_fields[name].default

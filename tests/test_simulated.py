@@ -1,4 +1,8 @@
-"""The simulator against the provider's documented caching rules (notes/prompt-caching.md §1).
+"""The simulator against each documented caching rule: worked lookback examples, writes only at
+breakpoints, minimums, TTL and refresh, 1-hour TTL pricing, the 4-breakpoint error, the multi-turn
+shape, model scoping, diagnostics; `history=1` keeps the last call and changes no figure.
+
+The simulator against the provider's documented caching rules (notes/prompt-caching.md §1).
 
 Token arithmetic used throughout (see ``hango.models.simulated``): a system block of 400 ASCII
 characters is 400/4 + 3 = 103 tokens; ``Message("user", "hi")`` is ceil(2/4) + 3 + 4 = 8 tokens.

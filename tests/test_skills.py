@@ -1,4 +1,12 @@
-"""SkillsMiddleware over real PostgreSQL: index only, narrowing, invalid files, overrides, caps."""
+"""The index holds name, description and path only; no body in any request before `read_file`; a
+`dangerous_tool` outside the allowlist is never callable and the narrowing event is recorded; a
+skill in use narrows until the run ends; an invalid skill is skipped while others load; last source
+wins; the count cap names the path range read, and across sources the skills left out; the scan
+itself is bounded (at most cap + 1 heads read, never a body); descriptions cannot break out of
+their line; tenant B cannot list tenant A's skills.
+
+SkillsMiddleware over real PostgreSQL: index only, narrowing, invalid files, overrides, caps.
+"""
 
 from __future__ import annotations
 

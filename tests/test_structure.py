@@ -1,4 +1,4 @@
-"""The package's seams (issue 11, point 4), held by reading its source: a regression that crosses
+"""The package's seams, held by reading its source: a regression that crosses
 one fails here, not in a review."""
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def test_only_the_write_path_inserts_or_updates_agent_files() -> None:
     """One write path for every door (PUT, PATCH, the tools, approve): no other module, and no
     function of the schema, inserts or updates a file, so no door can skip a rule of a write
     (the file cap, the quota, the file-or-directory and the text rules, the version)."""
-    sources = [*MODULES, PACKAGE / "schema.sql"]
+    sources = [*MODULES, *sorted((PACKAGE / "schema").glob("*.sql"))]
     outside = [_name(p) for p in sources if p != PACKAGE / "fs" / "writes.py"
                and WRITES_AGENT_FILES.search(p.read_text(encoding="utf-8"))]
     assert outside == []

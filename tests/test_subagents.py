@@ -1,4 +1,4 @@
-"""Subagent chains are bounded (issue 10, point 4): an agent cannot name itself; a cycle or a chain
+"""Subagent chains are bounded: an agent cannot name itself; a cycle or a chain
 deeper than ``HANGO_SUBAGENT_MAX_DEPTH`` is a tool error naming the chain, and the run goes on.
 
 Before this, two agents naming each other recursed about 49 levels deep and the run ended as

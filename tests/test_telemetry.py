@@ -1,4 +1,8 @@
-"""hango.telemetry on real SDK providers passed in per test (never the global ones)."""
+"""Span names, kinds, parentage and attributes; metrics and their buckets; the log line; Prometheus
+names; `configure()` modes.
+
+Hango.telemetry on real SDK providers passed in per test (never the global ones).
+"""
 
 from __future__ import annotations
 

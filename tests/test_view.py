@@ -1,4 +1,8 @@
-"""hango.models.view: the one rendering of a request for people (notebooks, traces, HTTP)."""
+"""The one rendering: `show_request`'s table byte for byte, the JSON view, the full text, why the
+cache read nothing.
+
+Hango.models.view: the one rendering of a request for people (notebooks, traces, HTTP).
+"""
 
 from __future__ import annotations
 
