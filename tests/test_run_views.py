@@ -6,9 +6,13 @@ admins see every run's, a member its own; another tenant sees nothing of it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -22,6 +26,7 @@ from hango.fs.backend import PostgresBackend
 from hango.models.view import MISS_REASONS, render
 from hango.settings import load_settings
 
+HANGO = str(Path(sys.executable).with_name("hango"))
 MEMORY = "/memories/AGENTS.md"
 REMEMBER = "Remember that I prefer tea, no sugar."
 
@@ -70,12 +75,14 @@ def _run(c: httpx.Client, prompt: str) -> dict[str, object]:
 
 
 def test_runs_are_listed_newest_first_with_a_status_filter_and_a_cursor(t: T) -> None:
-    ids = [str(_run(t.owner, p)["run_id"]) for p in ("hello", REMEMBER, "hi", "What is in /x.md?")]
+    made = [_run(t.owner, p) for p in ("hello", REMEMBER, "hi", "What is in /x.md?")]
+    ids = [str(m["run_id"]) for m in made]
     listed = t.owner.get("/runs").json()
     assert [r["run_id"] for r in listed["runs"]] == ids[::-1]
     assert [r["status"] for r in listed["runs"]] == ["done", "done", "interrupted", "done"]
     waiting = t.owner.get("/runs", params={"status": "interrupted"}).json()["runs"]
-    assert [(r["run_id"], r["proposal_id"]) for r in waiting] == [(ids[1], f"{ids[1]}-call_1")]
+    assert [(r["run_id"], r["proposal_id"]) for r in waiting] == [
+        (ids[1], made[1]["proposal"]["proposal_id"])]  # type: ignore[index]
     pages, cursor = [], None
     while True:
         page = t.owner.get("/runs", params={"limit": 3, **({"cursor": cursor} if cursor else {})})
@@ -148,7 +155,7 @@ def test_the_prompt_of_each_call_with_sources_breakpoints_usage_and_why(t: T) ->
     assert "      You are an agent running in hango." in full.text  # every block in full
 
 
-def test_a_short_prompt_says_why_it_reads_nothing(t: T, db: Database, served: str) -> None:
+def test_a_short_prompt_says_why_it_reads_nothing(db: Database, served: str) -> None:
     short = next(_clients(db, served, prompt="Be brief."))
     for _ in range(2):
         run = _run(short.owner, "hello")
@@ -237,3 +244,25 @@ def test_one_tenants_prompt_says_nothing_of_anothers(db: Database, served: str) 
     text_b = json.dumps(view_b)
     assert "secret of tenant a" not in text_b
     assert view_a["system"][0]["text"] not in text_b  # a's cache scope
+
+
+def test_a_run_holding_u0000_is_listed_and_its_prompt_kept_exactly(t: T) -> None:
+    run_id = _run(t.owner, "hello\x00world")["run_id"]
+    assert [r["run_id"] for r in t.owner.get("/runs").json()["runs"]] == [run_id]
+    (call,) = t.owner.get(f"/runs/{run_id}/prompt").json()["calls"]
+    assert call["messages"][0]["text"] == "hello\x00world"
+
+
+def test_the_cli_lists_runs_newest_first(t: T) -> None:
+    first, waits = _run(t.owner, "hello")["run_id"], _run(t.member, REMEMBER)
+    second = waits["run_id"]
+    listed = subprocess.run([HANGO, "runs", "list", t.id, "a1"], capture_output=True,
+                            text=True, timeout=120, env=dict(os.environ))
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert [(r[0], r[1]) for r in rows] == [(second, "interrupted"), (first, "done")]
+    assert rows[0][3].startswith("member:")
+    assert rows[0][4] == waits["proposal"]["proposal_id"]  # type: ignore[index]
+    waiting = subprocess.run([HANGO, "runs", "list", t.id, "a1", "--status", "failed"],
+                             capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert (waiting.stdout, waiting.stderr.strip()) == ("", f"no failed runs for {t.id}/a1")

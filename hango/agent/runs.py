@@ -246,8 +246,8 @@ def list_runs(db: Database, tenant_id: str, agent_id: str, status: str | None = 
     before = cursor_after(cursor)
     with db.tenant(tenant_id) as conn:
         rows = conn.execute(
-            f"""SELECT run_id, status, result->>'stop_reason', proposal_id, started_by,
-                       {_UTC.format("created_at")}, {_UTC.format("updated_at")}, created_at
+            f"""SELECT run_id, status, proposal_id, started_by,
+                       {_UTC.format("created_at")}, {_UTC.format("updated_at")}
                   FROM runs
                  WHERE tenant_id = %(t)s AND agent_id = %(a)s
                    AND (%(s)s::text IS NULL OR status = %(s)s)
@@ -257,7 +257,8 @@ def list_runs(db: Database, tenant_id: str, agent_id: str, status: str | None = 
                  ORDER BY created_at DESC, run_id DESC LIMIT %(n)s""",
             {"t": tenant_id, "a": agent_id, "s": status, "by": started_by, "at": before[0],
              "id": before[1], "n": limit + 1}).fetchall()
-    found = [{"run_id": r[0], "status": r[1], "stop_reason": r[2], "proposal_id": r[3],
-              "started_by": r[4], "created_at": r[5], "updated_at": r[6]} for r in rows[:limit]]
+    # No field of ``result``: a json value holding an escaped U+0000 fails every json operator.
+    found = [{"run_id": r[0], "status": r[1], "proposal_id": r[2], "started_by": r[3],
+              "created_at": r[4], "updated_at": r[5]} for r in rows[:limit]]
     last = found[-1] if len(rows) > limit else None
     return Page(found, None if last is None else cursor_of(last["created_at"], last["run_id"]))

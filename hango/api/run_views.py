@@ -35,7 +35,6 @@ router = APIRouter(prefix="/v1")
 class RunRow(BaseModel):
     run_id: str
     status: str
-    stop_reason: str | None
     proposal_id: str | None = Field(description="What an interrupted run waits for.")
     started_by: str | None = Field(description="Role and token fingerprint; null: in code.")
     created_at: str

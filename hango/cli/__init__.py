@@ -171,8 +171,8 @@ def _parser() -> argparse.ArgumentParser:
     prop.set_defaults(func=cmd_proposals)
     run = sub.add_parser("runs", help="an agent's runs")
     run_sub = run.add_subparsers(dest="action", required=True, metavar="ACTION")
-    runs_list = run_sub.add_parser("list", help="the runs, newest first: id, status, stop "
-                                   "reason, created, started by")
+    runs_list = run_sub.add_parser("list", help="the runs, newest first: id, status, "
+                                   "created, started by, the proposal it waits for")
     runs_list.add_argument("tenant")
     runs_list.add_argument("agent")
     runs_list.add_argument("--status", default="all",

@@ -232,8 +232,8 @@ def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
                                        None if args.status == "all" else args.status,
                                        cursor=cursor)
                 for r in found:
-                    print("\t".join((r["run_id"], r["status"], r["stop_reason"] or "-",
-                                     r["created_at"], r["started_by"] or "-")))
+                    print("\t".join((r["run_id"], r["status"], r["created_at"],
+                                     r["started_by"] or "-", r["proposal_id"] or "-")))
                 seen += len(found)
                 if (cursor := found.next_cursor) is None:
                     break
