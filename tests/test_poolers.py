@@ -288,7 +288,8 @@ def test_a_pooler_with_no_free_server_connection_is_named_not_a_hang() -> None:
 
 # The suite's tests that go through the database's every door, run through the pooler.
 SUBSET = ["tests/test_backend.py", "tests/test_api.py", "tests/test_memory.py",
-          "tests/test_skills.py", "tests/test_proposals.py", "tests/test_seed_criteria.py"]
+          "tests/test_skills.py", "tests/test_proposals.py", "tests/test_seed_criteria.py",
+          "tests/test_history.py"]
 
 
 @needs_pgbouncer

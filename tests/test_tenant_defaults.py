@@ -126,6 +126,20 @@ def test_a_run_reads_them_and_an_agents_own_config_wins(db: Database, served: st
     assert _blocks(owner, "own", "Remember that I like jazz.")[0]["status"] == "done"
 
 
+def test_a_run_under_the_tenants_defaults_resumes_under_them(db: Database, served: str,
+                                                             tenant_id: str) -> None:
+    """The resume reads the config itself (no config handed to it): the same defaults apply."""
+    owner = _client(db, served, tenant_id, "owner")
+    save_tenant_defaults(db, tenant_id, {"memory": ["/memories/team.md"], "reserved_writes": "ask"})
+    run = owner.post("/agents/own/runs", json={"prompt": "Remember that I like jazz."}).json()
+    assert run["status"] == "done"  # its own config refuses
+    run = owner.post("/agents/plain/runs", json={"prompt": "Remember that I like jazz."}).json()
+    assert run["status"] == "interrupted" and run["proposal"]["path"] == "/memories/team.md"
+    owner.post(f"/agents/plain/proposals/{run['proposal']['proposal_id']}/approve", json={})
+    resumed = owner.post(f"/agents/plain/runs/{run['run_id']}/resume")
+    assert resumed.status_code == 200 and resumed.json()["status"] == "done", resumed.text
+
+
 def test_a_run_waiting_for_a_decision_does_not_resume_under_other_defaults(
         db: Database, served: str, tenant_id: str) -> None:
     owner = _client(db, served, tenant_id, "owner")

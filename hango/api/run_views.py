@@ -63,7 +63,7 @@ def _mine(agent: _Agent) -> str | None:
 
 
 @router.get("/agents/{agent_id}/runs", summary="The agent's runs, newest first, a page at a "
-            "time (a member: its own)", response_model=RunList, responses=_errors())
+            "time (a member: its own)", response_model=RunList, responses=_errors(404))
 def list_runs(
     agent: Annotated[_Agent, Depends(_agent)],
     status: Literal["interrupted", "resuming", "done", "failed", "all"] = "all",
