@@ -127,6 +127,12 @@ def test_a_version_no_longer_kept_is_410_naming_the_setting(t: T) -> None:
     assert [v["version"] for v in _versions(t.owner, "/notes/x.md")] == [2]
 
 
+def test_a_file_named_like_a_reserved_prefix_keeps_no_history(t: T) -> None:
+    assert _put(t.owner, "one", "/memories") == 1
+    assert _put(t.owner, "two", "/memories") == 2  # replaced, not kept: it is no memory file
+    assert [v["version"] for v in _versions(t.owner, "/memories")] == [2]
+
+
 def test_another_tenants_history_is_404(t: T, other: T) -> None:
     _put(t.owner, "mine")
     _put(t.owner, "mine, later")

@@ -100,12 +100,18 @@ _FIRST = """(SELECT coalesce(max(version), 0) + 1 FROM agent_file_versions
               WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s)"""
 
 
+def _kept(path: str) -> str | None:
+    """The reserved prefix a file lies under (``/memories`` itself, a file, is under none)."""
+    prefix = reserved_prefix(path)
+    return prefix if prefix is not None and path.startswith(prefix) else None
+
+
 def history_lock(conn: Any, backend: PostgresBackend, path: str) -> bool:
     """Whether ``path`` keeps a history (it is under a reserved prefix); if so, take the lock
     writers of the agent's ``/memories/`` (or ``/skills/``) queue on: the one the
     file-or-directory trigger takes (schema.sql), taken first, so each writer copies the version
     the previous one wrote, and locks come in one order (this one, the row, the usage)."""
-    prefix = reserved_prefix(path)
+    prefix = _kept(path)
     if prefix is not None:
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended("
                      "%s || '/' || %s || '/' || %s, 0))",
@@ -139,9 +145,10 @@ def write(backend: PostgresBackend, path: str, content: str, if_version: int | N
         raise FileTooLarge(path, len(data), cap)
     params = {**backend._ns(), "p": path, "c": data, "s": len(data), "v": if_version,
               "by": backend.author, "pr": proposal_id, "rf": restored_from}
+    first = _FIRST if _kept(path) is not None else "1"  # only a history has a number to follow
     insert = f"""INSERT INTO agent_files (tenant_id, agent_id, path, content, size, version,
                                           written_by, proposal_id, restored_from)
-                 VALUES (%(t)s, %(a)s, %(p)s, %(c)s, %(s)s, {_FIRST}, %(by)s, %(pr)s, %(rf)s)"""
+                 VALUES (%(t)s, %(a)s, %(p)s, %(c)s, %(s)s, {first}, %(by)s, %(pr)s, %(rf)s)"""
     with writing(backend) as conn:
         keep_previous(conn, backend, path, if_version)
         if if_version is None:
