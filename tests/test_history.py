@@ -131,6 +131,8 @@ def test_a_file_named_like_a_reserved_prefix_keeps_no_history(t: T) -> None:
     assert _put(t.owner, "one", "/memories") == 1
     assert _put(t.owner, "two", "/memories") == 2  # replaced, not kept: it is no memory file
     assert [v["version"] for v in _versions(t.owner, "/memories")] == [2]
+    old = t.owner.get("/files/memories", params={"version": 1})
+    assert old.status_code == 404 and "only its current version (2) is kept" in old.text
 
 
 def test_another_tenants_history_is_404(t: T, other: T) -> None:
@@ -337,3 +339,19 @@ def test_the_notebooks_client_undoes_an_approved_memory(db: Database, server: st
         assert owner.restore(MEMORY, 1, if_version=2) == 3
         assert owner.read(MEMORY) == "- tea\n"
         assert "backup@" in owner.read_version(MEMORY, 2)
+
+
+def test_a_file_written_around_the_write_path_does_not_break_its_history(db: Database,
+                                                                        t: T) -> None:
+    """Plain SQL that deletes a file and inserts it again at version 1 (no hango code on the way,
+    as tests/test_freshness.py's SQL door does): the next write still works, the first copy of
+    version 1 stays."""
+    files = PostgresBackend(db, t.id, "a1")
+    files.write(MEMORY, "one")
+    files.write(MEMORY, "two")
+    with db.admin(t.id) as conn:
+        conn.execute("DELETE FROM agent_files WHERE tenant_id = %s AND path = %s", [t.id, MEMORY])
+        conn.execute("INSERT INTO agent_files (tenant_id, agent_id, path, content, size) "
+                     "VALUES (%s, 'a1', %s, 'by sql', 6)", [t.id, MEMORY])
+    assert files.write(MEMORY, "three") == 2
+    assert t.owner.get(f"/files{MEMORY}", params={"version": 1}).text == "one"

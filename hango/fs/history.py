@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from hango.errors import FileNotFound, FileTooLarge, NoSuchVersion, VersionPruned
 from hango.fs import writes
 from hango.fs.backend import FileData, decode_head
-from hango.fs.path import clean, is_reserved
+from hango.fs.path import clean
 
 if TYPE_CHECKING:
     from hango.fs.backend import PostgresBackend
@@ -34,10 +34,10 @@ SELECT version, size, {_WHEN.format('written_at')}, written_by, proposal_id, res
   FROM agent_file_versions WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
  ORDER BY 1 DESC LIMIT 1001"""
 _CONTENT = """
-SELECT content, size FROM agent_files
+SELECT substring(content FROM 1 FOR %(cap)s), size FROM agent_files
  WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s AND version = %(v)s
 UNION ALL
-SELECT content, size FROM agent_file_versions
+SELECT substring(content FROM 1 FOR %(cap)s), size FROM agent_file_versions
  WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s AND version = %(v)s"""
 
 
@@ -75,7 +75,8 @@ def read_version(backend: PostgresBackend, path: str, version: int) -> FileData:
     path = clean(path)
     cap = backend.max_file_bytes
     with backend.transaction() as conn:
-        row = conn.execute(_CONTENT, {**backend._ns(), "p": path, "v": version}).fetchone()
+        row = conn.execute(_CONTENT, {**backend._ns(), "p": path, "v": version,
+                                      "cap": cap}).fetchone()
         known = [] if row is not None else conn.execute(
             _VERSIONS, {**backend._ns(), "p": path}).fetchall()
     if row is not None:
@@ -88,7 +89,7 @@ def read_version(backend: PostgresBackend, path: str, version: int) -> FileData:
     newest = kept[0].version
     if version > newest:
         raise NoSuchVersion(path, version, f"its newest is {newest}")
-    if not is_reserved(path):
+    if writes.kept_under(path) is None:
         raise NoSuchVersion(path, version, f"only its current version ({newest}) is kept: "
                             "earlier versions are kept under /memories/ and /skills/ only")
     oldest = min((v.version for v in kept if not v.current), default=None)

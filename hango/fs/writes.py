@@ -87,6 +87,8 @@ _PRUNE = """DELETE FROM agent_file_versions h USING agent_files f
              WHERE h.tenant_id = %(t)s AND h.agent_id = %(a)s AND h.path = %(p)s
                AND f.tenant_id = %(t)s AND f.agent_id = %(a)s AND f.path = %(p)s
                AND h.version <= f.version - %(k)s"""
+# A version number kept already means the file was written around this path (plain SQL that
+# reused a number): the first copy of that number stays.
 _KEEP = """INSERT INTO agent_file_versions (tenant_id, agent_id, path, version, content, size,
                   written_at, written_by, proposal_id, restored_from, deleted_at, deleted_by)
            SELECT tenant_id, agent_id, path, version, content, size, updated_at, written_by,
@@ -94,13 +96,14 @@ _KEEP = """INSERT INTO agent_file_versions (tenant_id, agent_id, path, version, 
                   CASE WHEN %(gone)s THEN %(by)s::text END
              FROM agent_files
             WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
-              AND (%(v)s::bigint IS NULL OR version = %(v)s::bigint)"""
+              AND (%(v)s::bigint IS NULL OR version = %(v)s::bigint)
+           ON CONFLICT DO NOTHING"""
 # A new file's first version: after its history's last (a file deleted, then created again).
 _FIRST = """(SELECT coalesce(max(version), 0) + 1 FROM agent_file_versions
               WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s)"""
 
 
-def _kept(path: str) -> str | None:
+def kept_under(path: str) -> str | None:
     """The reserved prefix a file lies under (``/memories`` itself, a file, is under none)."""
     prefix = reserved_prefix(path)
     return prefix if prefix is not None and path.startswith(prefix) else None
@@ -111,7 +114,7 @@ def history_lock(conn: Any, backend: PostgresBackend, path: str) -> bool:
     writers of the agent's ``/memories/`` (or ``/skills/``) queue on: the one the
     file-or-directory trigger takes (schema.sql), taken first, so each writer copies the version
     the previous one wrote, and locks come in one order (this one, the row, the usage)."""
-    prefix = _kept(path)
+    prefix = kept_under(path)
     if prefix is not None:
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended("
                      "%s || '/' || %s || '/' || %s, 0))",
@@ -145,7 +148,7 @@ def write(backend: PostgresBackend, path: str, content: str, if_version: int | N
         raise FileTooLarge(path, len(data), cap)
     params = {**backend._ns(), "p": path, "c": data, "s": len(data), "v": if_version,
               "by": backend.author, "pr": proposal_id, "rf": restored_from}
-    first = _FIRST if _kept(path) is not None else "1"  # only a history has a number to follow
+    first = _FIRST if kept_under(path) is not None else "1"  # only a history has a number to follow
     insert = f"""INSERT INTO agent_files (tenant_id, agent_id, path, content, size, version,
                                           written_by, proposal_id, restored_from)
                  VALUES (%(t)s, %(a)s, %(p)s, %(c)s, %(s)s, {first}, %(by)s, %(pr)s, %(rf)s)"""
