@@ -2,9 +2,11 @@
 
 The config (in the ``agents`` table, :mod:`hango.agents`): its tool allowlist, its memory
 sources and its skills sources, its subagents, its bound of steps and its reserved-writes mode.
-Sources left out fall back to the tenant-level defaults from settings
-(``HANGO_MEMORY_DEFAULT_SOURCES``, ``HANGO_SKILLS_DEFAULT_SOURCES``). Every source must be an
-absolute clean path under the matching reserved prefix; a bad entry is refused naming it.
+What it leaves out (sources, the reserved-writes mode) comes from its tenant's defaults
+(:class:`TenantDefaults`, set by an owner), else from the server's settings
+(``HANGO_MEMORY_DEFAULT_SOURCES``, ``HANGO_SKILLS_DEFAULT_SOURCES``, ``HANGO_RESERVED_WRITES``).
+Every source must be an absolute clean path under the matching reserved prefix; a bad entry is
+refused naming it.
 """
 
 from __future__ import annotations
@@ -100,6 +102,34 @@ class AgentConfig(BaseModel):
         cycles (a -> b -> a) are legal configs; the ``task`` tool refuses them at run time.
         """
         return AgentConfig.model_validate(self.model_dump(), context={"agent_id": agent_id})
+
+
+class TenantDefaults(BaseModel):
+    """A tenant's defaults, set by an owner: for its agents whose own config names none. A key
+    left out (``None``) falls back to the server's ``HANGO_MEMORY_DEFAULT_SOURCES``,
+    ``HANGO_SKILLS_DEFAULT_SOURCES``, ``HANGO_RESERVED_WRITES``. Validated as an agent's config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory: list[MemorySource] | None = Field(default=None, max_length=32)
+    skills: list[SkillsSource] | None = Field(default=None, max_length=32)
+    reserved_writes: Literal["refuse", "ask"] | None = None
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: list[str] | None) -> list[str] | None:
+        return _sources(value, PREFIX_MEMORIES, "memory")
+
+    @field_validator("skills")
+    @classmethod
+    def _skills(cls, value: list[str] | None) -> list[str] | None:
+        return _sources(value, PREFIX_SKILLS, "skills")
+
+    def apply(self, config: AgentConfig) -> AgentConfig:
+        """``config`` with what it leaves out taken from these defaults (its own values win)."""
+        mine = self.model_dump(exclude_none=True)
+        fill = {key: value for key, value in mine.items() if getattr(config, key) is None}
+        return config.model_copy(update=fill) if fill else config
 
 
 def _sources(value: list[str] | None, prefix: str, key: str) -> list[str] | None:

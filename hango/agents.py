@@ -20,6 +20,7 @@ from hango.agent_config import COURSE_AGENT as COURSE_AGENT
 from hango.agent_config import ID_PATTERN as ID_PATTERN  # re-exported: callers import them here
 from hango.agent_config import TOOL_PATTERN as TOOL_PATTERN
 from hango.agent_config import AgentConfig as AgentConfig
+from hango.agent_config import TenantDefaults as TenantDefaults
 from hango.agent_config import check_default_sources as check_default_sources
 from hango.db import Database
 from hango.fs.path import ROLES as ROLES  # re-exported: the CLI reads it here
@@ -242,6 +243,42 @@ def load_agent(db: Database, tenant_id: str, agent_id: str) -> AgentConfig | Non
             [tenant_id, agent_id],
         ).fetchone()
     return None if row is None else AgentConfig.model_validate(row[0])
+
+
+def load_run_config(db: Database, tenant_id: str, agent_id: str) -> AgentConfig | None:
+    """An agent's config with what it leaves out taken from its tenant's defaults: one query
+    (a run's). Still ``None`` where neither sets it: the server's settings decide then."""
+    with db.tenant(tenant_id) as conn:
+        row = conn.execute(
+            "SELECT a.config, t.defaults FROM agents a JOIN tenants t USING (tenant_id) "
+            "WHERE a.tenant_id = %s AND a.agent_id = %s", [tenant_id, agent_id]).fetchone()
+    if row is None:
+        return None
+    return TenantDefaults.model_validate(row[1]).apply(AgentConfig.model_validate(row[0]))
+
+
+def load_tenant_defaults(db: Database, tenant_id: str) -> TenantDefaults | None:
+    """A tenant's defaults; ``None`` when there is no such tenant."""
+    with db.tenant(tenant_id) as conn:
+        row = conn.execute("SELECT defaults FROM tenants WHERE tenant_id = %s",
+                           [tenant_id]).fetchone()
+    return None if row is None else TenantDefaults.model_validate(row[0])
+
+
+def save_tenant_defaults(db: Database, tenant_id: str,
+                         changes: dict[str, Any]) -> TenantDefaults | None:
+    """Change only ``changes`` in a tenant's defaults (a value ``None``: back to the server's
+    setting), validated whole, under the tenant's row lock; ``None`` when there is no tenant.
+    A bad value raises pydantic's ``ValidationError``."""
+    with db.tenant(tenant_id) as conn:
+        row = conn.execute("SELECT defaults FROM tenants WHERE tenant_id = %s FOR NO KEY UPDATE",
+                           [tenant_id]).fetchone()
+        if row is None:
+            return None
+        defaults = TenantDefaults.model_validate({**row[0], **changes})
+        conn.execute("UPDATE tenants SET defaults = %s WHERE tenant_id = %s",
+                     [defaults.model_dump_json(exclude_none=True), tenant_id])
+    return defaults
 
 
 def agent_exists(db: Database, tenant_id: str, agent_id: str) -> bool:

@@ -140,3 +140,25 @@ class QuotaExceeded(HangoError, RuntimeError):
     def __init__(self, message: str, quota: str) -> None:
         super().__init__(message)
         self.quota = quota
+
+
+class NoSuchVersion(FileNotFound):
+    """A version a file never had (or, outside /memories/ and /skills/, one not kept)."""
+
+    def __init__(self, path: str, version: int, why: str) -> None:
+        HangoError.__init__(self, f"{path} has no version {version}: {why}")
+        self.path, self.version = path, version
+
+
+class VersionPruned(HangoError, LookupError):
+    """A version of a file under /memories/ or /skills/ that is no longer kept: only the newest
+    ``HANGO_HISTORY_MAX_VERSIONS`` earlier versions are."""
+
+    status: ClassVar[int] = 410
+
+    def __init__(self, path: str, version: int, oldest: int | None, kept: int) -> None:
+        since = f"the oldest kept is {oldest}" if oldest is not None else "none is kept"
+        super().__init__(f"version {version} of {path} is no longer kept ({since}): "
+                         f"HANGO_HISTORY_MAX_VERSIONS={kept} keeps that many earlier versions "
+                         "of a file under /memories/ and /skills/")
+        self.path, self.version = path, version

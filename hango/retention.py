@@ -15,9 +15,10 @@ proposals). A **sweep** keeps each tenant's history bounded:
   ended run like any other.
 
 Then the tenant's ``runs`` (rows) and ``run_bytes`` (saved state and results, as stored, plus the
-proposed contents) are written to its ``tenant_usage`` row, with the time of the sweep. They are
-counted there, not refused: a history never stops the next run; the two bounds above keep it
-small. Counting at the sweep, not on every write, adds no lock to a run.
+proposed contents and the prompts the runs kept, :mod:`hango.prompts`) are written to its
+``tenant_usage`` row, with the time of the sweep. They are counted there, not refused: a
+history never stops the next run; the two bounds above keep it small. Counting at the sweep,
+not on every write, adds no lock to a run.
 
 A sweep is bounded: at most ``tenants`` tenants (least recently swept first), and at most
 ``batch`` rows per statement, each tenant in transactions of its own; what is left waits for the
@@ -69,7 +70,8 @@ INSERT INTO tenant_usage AS u (tenant_id, runs, run_bytes, runs_swept_at)
 SELECT %(t)s, count(*),
        coalesce(sum(coalesce(pg_column_size(r.state), 0) + pg_column_size(r.result)), 0)
        + (SELECT coalesce(sum(octet_length(p.content)), 0) FROM proposals p
-           WHERE p.tenant_id = %(t)s),
+           WHERE p.tenant_id = %(t)s)
+       + (SELECT coalesce(sum(k.bytes), 0) FROM run_prompts k WHERE k.tenant_id = %(t)s),
        now()
   FROM runs r WHERE r.tenant_id = %(t)s
 ON CONFLICT (tenant_id) DO UPDATE

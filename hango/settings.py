@@ -132,6 +132,11 @@ class Settings(BaseSettings):
     # tenant may have in progress at once (one more is 429).
     run_threads: int = Field(default=32, ge=1, le=1024)
     tenant_max_runs: int = Field(default=8, ge=1, le=1024)
+    # Memory history (hango/fs/history.py): the earlier versions kept of each file under
+    # /memories/ and /skills/, counted in the tenant's bytes quota; and the prompts a run over
+    # HTTP keeps, in bytes, counted in its run_bytes (hango/prompts.py).
+    history_max_versions: int = Field(default=20, ge=1, le=1000)
+    run_prompt_max_bytes: int = Field(default=256 * 1024, ge=0, le=64 * 1024 * 1024)
 
     @field_validator("memory_default_sources", "skills_default_sources", mode="before")
     @classmethod

@@ -77,6 +77,24 @@ STEPS: tuple[Step, ...] = (
     Step("tokens-last-owner-kept"),  # hango_token_revoke, hango_token_create (30-tokens.sql)
     Step("read-file-takes-app-role"),  # hango_read_file (30-tokens.sql)
     Step("owner-row-level-security"),  # FORCE and hango_all_tenants (90-owner-rls.sql)
+    # Memory history and undo: who wrote a file's version, and what its earlier versions hold.
+    Step("file-authors", """
+        ALTER TABLE IF EXISTS public.agent_files ADD COLUMN IF NOT EXISTS written_by text,
+                                                 ADD COLUMN IF NOT EXISTS proposal_id text,
+                                                 ADD COLUMN IF NOT EXISTS restored_from bigint"""),
+    Step("tenant-usage-history", """
+        ALTER TABLE IF EXISTS public.tenant_usage
+            ADD COLUMN IF NOT EXISTS history_versions bigint NOT NULL DEFAULT 0,
+            ADD COLUMN IF NOT EXISTS history_bytes bigint NOT NULL DEFAULT 0"""),
+    Step("file-versions"),  # agent_file_versions and its usage triggers (50-history.sql)
+    # The prompts of runs, and who started a run (a member sees its own runs only).
+    Step("runs-started-by", """
+        ALTER TABLE IF EXISTS public.runs ADD COLUMN IF NOT EXISTS started_by text"""),
+    Step("run-prompts"),  # run_prompts and the runs listing's index (40-runs.sql)
+    # A tenant's defaults for its agents, set by an owner.
+    Step("tenant-defaults", """
+        ALTER TABLE IF EXISTS public.tenants
+            ADD COLUMN IF NOT EXISTS defaults jsonb NOT NULL DEFAULT '{}'"""),
 )
 
 # Tables and columns a database of the baseline release has; one lacking any is older still.

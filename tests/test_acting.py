@@ -328,15 +328,16 @@ def _hango(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([HANGO, *args], capture_output=True, text=True, timeout=120)
 
 
-def _walkthrough() -> tuple[list[str], list[str]]:
-    """The README's walkthrough block: its `hango` lines and the prompts its curl lines send."""
+def _walkthrough() -> tuple[list[str], list[str], str]:
+    """The README's walkthrough block: its `hango` lines, the prompts its curl lines send, and
+    the block itself."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Agent-written memory, runs and proposals", 1)[1]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
     commands = [re.sub(r"^TOKEN=\$\((.*)\)$", r"\1", line.split("#")[0].strip())
                 for line in block.splitlines() if line.startswith(("hango ", "TOKEN=$(hango "))]
     prompts = [json.loads(body)["prompt"] for body in re.findall(r"-d '(\{\"prompt\".*?\})'", block)]
-    return commands, prompts
+    return commands, prompts, block
 
 
 @pytest.fixture
@@ -366,10 +367,17 @@ def served(db: Database) -> Iterator[str]:
 
 
 def test_the_readme_walkthrough_works_against_hango_serve(served: str) -> None:
-    commands, (remember, recall) = _walkthrough()
+    commands, (remember, recall), block = _walkthrough()
     assert commands[:4] == ["hango serve", "hango tenant create acme",
                             "hango token create acme --role owner",
                             "hango agent create acme assistant --reserved-writes ask"]
+    for line in ('"$A/runs?status=interrupted"', '"$A/runs/NEXT/prompt?format=text"',
+                 "$A/history/memories/AGENTS.md", '"$A/diff/memories/AGENTS.md?from=1&to=2"',
+                 """-H 'If-Match: "2"'""", """-d '{"version": 1}' $A/restore/memories/AGENTS.md""",
+                 '"$A/files/memories/AGENTS.md?version=2"'):
+        assert line in block, line  # the calls below are the README's
+    mine = re.search(r"--data-binary '([^']*)' \$A/files/memories/AGENTS.md", block)
+    assert mine is not None
     acme = "acme-" + uuid.uuid4().hex[:8]  # the README's tenant, made unique for this test
     made = [_hango(*line.replace(" acme", f" {acme}").split()[1:]) for line in commands[1:4]]
     assert [m.returncode for m in made] == [0, 0, 0], [m.stderr for m in made]
@@ -377,6 +385,8 @@ def test_the_readme_walkthrough_works_against_hango_serve(served: str) -> None:
     a = f"{served}/v1/agents/assistant"
     h = {"Authorization": f"Bearer {token}"}
 
+    put = httpx.put(f"{a}/files{MEMORY}", headers=h, content=mine[1].encode())
+    assert (put.status_code, put.json()["version"]) == (201, 1)
     run = httpx.post(f"{a}/runs", headers=h, json={"prompt": remember}, timeout=60)
     assert run.status_code == 201, run.text
     out = run.json()
@@ -384,12 +394,15 @@ def test_the_readme_walkthrough_works_against_hango_serve(served: str) -> None:
         f"I propose adding “I prefer tea, no sugar.” to {MEMORY}")
     run_id, proposal_id = out["run_id"], out["proposal"]["proposal_id"]
     assert httpx.get(f"{a}/runs/{run_id}", headers=h).json()["status"] == "interrupted"
+    waiting = httpx.get(f"{a}/runs", params={"status": "interrupted"}, headers=h).json()
+    assert [r["run_id"] for r in waiting["runs"]] == [run_id]
     listed = httpx.get(f"{a}/proposals", headers=h).json()["proposals"]
     assert [p["proposal_id"] for p in listed] == [proposal_id]
     shown = httpx.get(f"{a}/proposals/{proposal_id}", headers=h).json()
-    assert shown["path"] == MEMORY and "+- I prefer tea, no sugar.\n" in shown["diff"]
+    assert shown["path"] == MEMORY and shown["operation"] == "edit_file"
+    assert "\n+- Answer in plain words.\n+- I prefer tea, no sugar.\n" in shown["diff"]
     approved = httpx.post(f"{a}/proposals/{proposal_id}/approve", headers=h, json={}).json()
-    assert (approved["status"], approved["written_version"]) == ("approved", 1)
+    assert (approved["status"], approved["written_version"]) == ("approved", 2)
 
     resumed = httpx.post(f"{a}/runs/{run_id}/resume", headers=h, timeout=60).json()
     assert resumed["status"] == "done" and resumed["text"].startswith(
@@ -398,6 +411,32 @@ def test_the_readme_walkthrough_works_against_hango_serve(served: str) -> None:
     nxt = httpx.post(f"{a}/runs", headers=h, json={"prompt": recall}, timeout=60).json()
     assert nxt["status"] == "done" and "I prefer tea, no sugar." in nxt["text"]
     assert nxt["usage"][0]["cache_read_input_tokens"] > 1024  # the base prompt is cached
+
+    # The next run's prompt, over HTTP: its memory after the cache breakpoint.
+    (call,) = httpx.get(f"{a}/runs/{nxt['run_id']}/prompt", headers=h).json()["calls"]
+    cut = call["system_breakpoint"]
+    (memory,) = [b for b in call["system"] if b["source"] == MEMORY]
+    assert call["system"][cut]["source"] == "system_prompt" and memory["index"] > cut
+    assert "- I prefer tea, no sugar." in memory["text"]
+    text = httpx.get(f"{a}/runs/{nxt['run_id']}/prompt", params={"format": "text"},
+                     headers=h).text
+    rows = [row for row in text.splitlines() if row.startswith("  [")]
+    assert rows[1].startswith("  [1] system_prompt") and rows[1].endswith("<- cache breakpoint")
+    assert rows[2].startswith(f"  [2] {MEMORY}")
+
+    # Undo the approved memory: restore version 1, which is itself a new version.
+    versions = httpx.get(f"{a}/history{MEMORY}", headers=h).json()["versions"]
+    assert [(v["version"], v["proposal_id"]) for v in versions] == [(2, proposal_id), (1, None)]
+    diff = httpx.get(f"{a}/diff{MEMORY}", params={"from": 1, "to": 2}, headers=h).json()["diff"]
+    assert "+- I prefer tea, no sugar.\n" in diff
+    undone = httpx.post(f"{a}/restore{MEMORY}", headers={**h, "If-Match": '"2"'},
+                        json={"version": 1})
+    assert (undone.status_code, undone.json()["version"]) == (200, 3)
+    assert httpx.get(f"{a}/files{MEMORY}", headers=h).text == mine[1]
+    kept = httpx.get(f"{a}/files{MEMORY}", params={"version": 2}, headers=h).text
+    assert "- I prefer tea, no sugar." in kept
+    after = httpx.post(f"{a}/runs", headers=h, json={"prompt": recall}, timeout=60).json()
+    assert "tea" not in after["text"] and "Answer in plain words." in after["text"]
 
     again = httpx.post(f"{a}/runs/{run_id}/resume", headers=h)
     assert again.status_code == 409 and "was already resumed and is done" in again.text

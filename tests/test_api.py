@@ -406,7 +406,9 @@ def test_openapi_document(api_url: str) -> None:
     doc = httpx.get(f"{api_url}/openapi.json").json()
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     operations = [(p, m, op) for p, ops in doc["paths"].items() for m, op in ops.items()]
-    assert len(operations) == 8 + 3 + 8  # files API; /v1/tokens; runs and proposals (test_proposals)
+    # files API; /v1/tokens; runs and proposals (test_proposals); history, diff, restore;
+    # runs listed and a run's prompt; the tenant's defaults
+    assert len(operations) == 8 + 3 + 8 + 3 + 2 + 2
     for path, method, op in operations:
         responses = op["responses"]
         for code in ("401", "422", "503"):
@@ -425,7 +427,7 @@ def test_405_allows_every_method_of_the_path(api_url: str, a: Tenant) -> None:
         assert response.status_code == 405
         assert response.headers["Allow"] == "DELETE, GET, HEAD, PATCH, PUT"
         assert c.request("DELETE", "/v1/agents/a1").headers["Allow"] == "GET, HEAD, PUT"
-        head = c.head("/v1/agents/a1/runs")  # a POST-only path: HEAD is named as asked
+        head = c.head("/v1/agents/a1/runs/x/resume")  # POST-only: HEAD is named as asked
         assert (head.status_code, head.headers["Allow"]) == (405, "POST")
         assert c.post("/v1/agents/a1/runs/x").headers["Allow"] == "GET, HEAD"
 
@@ -440,6 +442,13 @@ GET_URLS = {
                                            "/v1/agents/a1/files/notes/missing.md",
                                            "/v1/agents/a1/files/a%2Fb"],
     "/v1/agents/{agent_id}/runs/{run_id}": ["/v1/agents/a1/runs/nope"],
+    "/v1/agents/{agent_id}/runs": ["/v1/agents/a1/runs", "/v1/agents/nobody/runs?status=done"],
+    "/v1/agents/{agent_id}/runs/{run_id}/prompt": ["/v1/agents/a1/runs/nope/prompt"],
+    "/v1/agents/{agent_id}/history/{path}": [f"/v1/agents/a1/history{NOTE}",
+                                             "/v1/agents/a1/history/memories/none.md"],
+    "/v1/agents/{agent_id}/diff/{path}": [f"/v1/agents/a1/diff{NOTE}?from=1",
+                                          f"/v1/agents/a1/diff{NOTE}?from=7"],
+    "/v1/tenant/defaults": ["/v1/tenant/defaults"],
     "/v1/agents/{agent_id}/proposals": ["/v1/agents/a1/proposals?status=all"],
     "/v1/agents/{agent_id}/proposals/{proposal_id}": ["/v1/agents/a1/proposals/nope"],
 }

@@ -53,6 +53,10 @@ OPERATIONS = [
     ("GET", "/v1/agents/{agent_id}/proposals/{proposal_id}"),
     ("POST", "/v1/agents/{agent_id}/proposals/{proposal_id}/approve"),
     ("POST", "/v1/agents/{agent_id}/proposals/{proposal_id}/reject"),
+    ("GET", "/v1/agents/{agent_id}/history/{path}"), ("GET", "/v1/agents/{agent_id}/diff/{path}"),
+    ("POST", "/v1/agents/{agent_id}/restore/{path}"), ("GET", "/v1/agents/{agent_id}/runs"),
+    ("GET", "/v1/agents/{agent_id}/runs/{run_id}/prompt"),
+    ("GET", "/v1/tenant/defaults"), ("PUT", "/v1/tenant/defaults"),
 ]
 
 

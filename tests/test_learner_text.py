@@ -113,7 +113,8 @@ def test_the_glossary_has_an_entry_for_every_word_a_learner_meets() -> None:
     text = GLOSSARY.read_text(encoding="utf-8")
     for word in ("ETag, If-Match", "miss reason", "interrupted, resume", "refresh rule",
                  "minimum cacheable length", "Token-weighted read ratio", "pace", "nbval",
-                 "Langfuse", "deepagents", "goclaw", "baseline stack", "TTL", "check, exercise, progress"):
+                 "Langfuse", "deepagents", "goclaw", "baseline stack", "TTL", "check, exercise, progress",
+                 "history, version, restore", "prompt of a run", "tenant defaults"):
         assert f"**{word}**" in text, word
 
 
@@ -144,6 +145,8 @@ def test_the_glossarys_numbers_are_the_codes() -> None:
         f"${price.input:g} per million input tokens, ${price.output:g} output",
         f"with {ttl[settings.cache_prefix_ttl]} by default (`HANGO_CACHE_PREFIX_TTL`)",
         f"The course's agent is `{COURSE_AGENT}`",
+        f"`HANGO_HISTORY_MAX_VERSIONS` ({settings.history_max_versions})",
+        f"`HANGO_RUN_PROMPT_MAX_BYTES` ({settings.run_prompt_max_bytes:,} bytes)",
     ):
         assert said in text, said
     entry = text[text.index("**miss reason**"):text.index("**namespace**")]

@@ -42,6 +42,7 @@ import psycopg
 import pytest
 from test_proposals import MEMORY, do, write
 
+from hango import prompts
 from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, create_tenant, create_token, save_agent, token_digest
 from hango.api.plain_get import read_row
@@ -57,7 +58,7 @@ needs_pgbouncer = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 # Every table under row-level security, and a query that counts, with no WHERE clause, the
 # rows of each that belong to another tenant than ``%(me)s``.
 TENANT_TABLES = ("tenants", "agents", "agent_files", "tenant_usage", "agent_changes", "runs",
-                 "proposals", "run_calls")
+                 "proposals", "run_calls", "agent_file_versions", "run_prompts")
 FOREIGN = "SELECT current_user, " + " + ".join(
     f"(SELECT count(*) FROM {t} WHERE tenant_id <> %(me)s)" for t in TENANT_TABLES) + \
     ", (SELECT count(*) FROM agent_files)"
@@ -79,14 +80,18 @@ def pooled(stack: pgbouncer_stack.Stack, mode: str, **settings: Any) -> Database
 
 
 def _tenant_with_every_kind_of_row(db: Database) -> tuple[str, str]:
-    """A tenant with rows in every table under RLS (files, a run, a proposal); its token."""
+    """A tenant with rows in every table under RLS (files, an earlier version, a run, its
+    prompt, a proposal); its token."""
     tenant = create_tenant(db, "iso-" + uuid.uuid4().hex[:10])
     save_agent(db, tenant, "a1", AgentConfig(reserved_writes="ask"))
-    PostgresBackend(db, tenant, "a1").write("/memories/AGENTS.md", f"- {tenant}\n")
+    files = PostgresBackend(db, tenant, "a1")
+    files.write("/memories/AGENTS.md", "- earlier\n")
+    files.write("/memories/AGENTS.md", f"- {tenant}\n")  # the first kept in its history
     result = Agent(db, tenant, "a1", SimulatedModel(policy=[
         [tool_call("write_file", {"path": "/memories/AGENTS.md", "content": "- more\n"})],
         "done"])).run("remember", record=True)
     assert result.status == "interrupted"  # a run row and a pending proposal
+    prompts.store(db, tenant, result.run_id, result.requests, result.responses, 10_000)
     return tenant, create_token(db, tenant, "owner")
 
 
@@ -288,7 +293,8 @@ def test_a_pooler_with_no_free_server_connection_is_named_not_a_hang() -> None:
 
 # The suite's tests that go through the database's every door, run through the pooler.
 SUBSET = ["tests/test_backend.py", "tests/test_api.py", "tests/test_memory.py",
-          "tests/test_skills.py", "tests/test_proposals.py", "tests/test_seed_criteria.py"]
+          "tests/test_skills.py", "tests/test_proposals.py", "tests/test_seed_criteria.py",
+          "tests/test_history.py"]
 
 
 @needs_pgbouncer

@@ -26,7 +26,6 @@ prefix asks exactly when a write would outlive the run.
 from __future__ import annotations
 
 import base64
-import difflib
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,6 +36,7 @@ from hango.db import Database
 from hango.errors import HangoError, VersionConflict
 from hango.fs import writes
 from hango.fs.backend import PostgresBackend, decode_head
+from hango.fs.history import unified_diff as unified_diff  # re-exported: proposing.py
 from hango.fs.listing import InvalidCursor, Page
 from hango.fs.path import PREFIX_SKILLS, check_write
 from hango.settings import Settings
@@ -131,16 +131,6 @@ def _row(row: Any) -> Proposal:
                     bytes(row[7]).decode("utf-8"), *row[8:])
 
 
-def unified_diff(path: str, current: str | None, proposed: str) -> str:
-    """The proposal as a unified diff against the file as it is now (``/dev/null``: new file)."""
-    lines = difflib.unified_diff(
-        [] if current is None else current.splitlines(keepends=True),
-        proposed.splitlines(keepends=True),
-        "/dev/null" if current is None else f"a{path}", f"b{path}")
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-                   for line in lines)
-
-
 def check_skill(path: str, content: str, allowlist: frozenset[str]) -> dict[str, Any] | None:
     """For a proposed ``SKILL.md``: its name, or why it is invalid, and the tools it would lose."""
     if not (path.startswith(PREFIX_SKILLS) and path.endswith("/SKILL.md")):
@@ -171,7 +161,7 @@ def list_proposals(db: Database, tenant_id: str, agent_id: str,
                    status: str | None = "pending", limit: int = 100,
                    cursor: str | None = None) -> Page[Proposal]:
     """One page of proposals, oldest first; ``cursor``: the previous page's ``next_cursor``."""
-    after = _after(cursor)
+    after = cursor_after(cursor)
     with db.tenant(tenant_id) as conn:
         rows = conn.execute(
             f"""SELECT {_COLUMNS} FROM proposals
@@ -183,15 +173,18 @@ def list_proposals(db: Database, tenant_id: str, agent_id: str,
              limit + 1]).fetchall()
     found = [_row(r) for r in rows[:limit]]
     more = len(rows) > limit
-    return Page(found, _cursor(found[-1]) if more else None)
+    last = found[-1] if more else None
+    return Page(found, None if last is None else cursor_of(last.created_at, last.proposal_id))
 
 
-def _cursor(last: Proposal) -> str:
-    text = json.dumps([last.created_at, last.proposal_id], separators=(",", ":"))
+def cursor_of(created_at: str | None, row_id: str) -> str:
+    """A keyset listing's cursor: the last row's time and id, opaque (the runs listing too)."""
+    text = json.dumps([created_at, row_id], separators=(",", ":"))
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-def _after(cursor: str | None) -> tuple[str | None, str | None]:
+def cursor_after(cursor: str | None) -> tuple[str | None, str | None]:
+    """The time and id a :func:`cursor_of` holds; :class:`InvalidCursor` naming a bad one."""
     if cursor is None:
         return None, None
     try:
@@ -259,9 +252,10 @@ def approve(db: Database, tenant_id: str, agent_id: str, proposal_id: str, *, by
             raise ProposalInvalid(f"{p.path} is not a valid SKILL.md, so it cannot be approved "
                                   f"(edit it or reject): {skill['error']}")
         base = p.base_version if base_version is None else base_version
-        files = PostgresBackend(db, tenant_id, agent_id, settings).within(conn)
+        files = PostgresBackend(db, tenant_id, agent_id, settings, author=by).within(conn)
         try:  # if_version=0: only if the file still does not exist
-            version = writes.write(files, p.path, final, if_version=base or 0)
+            version = writes.write(files, p.path, final, if_version=base or 0,
+                                   proposal_id=p.proposal_id)
         except VersionConflict as exc:
             tel.record_proposal("conflict")
             current = _current(conn, tenant_id, agent_id, p.path)

@@ -20,9 +20,11 @@ from typing import Any, ClassVar, Protocol
 
 from psycopg.types.json import Json
 
+from hango.agent.proposals import cursor_after, cursor_of
 from hango.db import Database
 from hango.db_errors import Contention
 from hango.errors import HangoError
+from hango.fs.listing import Page
 from hango.models.base import (
     Block,
     Breakpoint,
@@ -158,12 +160,15 @@ def summary(result: _Outcome, saved: dict[str, Any] | None = None) -> dict[str, 
 
 def save(conn: Any, tenant_id: str, agent_id: str, run_id: str, status: str,
          state: dict[str, Any] | None, result: dict[str, Any],
-         proposal_id: str | None = None, lease: str | None = None) -> None:
+         proposal_id: str | None = None, lease: str | None = None,
+         started_by: str | None = None) -> None:
     """Insert or replace a run's row (inside the caller's transaction). ``lease``: the claim
-    token of the resume saving it; :class:`LeaseLost` when it no longer holds the run."""
+    token of the resume saving it; :class:`LeaseLost` when it no longer holds the run.
+    ``started_by``: who started it, kept from its first save on."""
     row = conn.execute(
-        """INSERT INTO runs (tenant_id, agent_id, run_id, status, state, result, proposal_id)
-           VALUES (%(t)s, %(a)s, %(r)s, %(s)s, %(state)s, %(result)s, %(p)s)
+        """INSERT INTO runs (tenant_id, agent_id, run_id, status, state, result, proposal_id,
+                             started_by)
+           VALUES (%(t)s, %(a)s, %(r)s, %(s)s, %(state)s, %(result)s, %(p)s, %(by)s)
            ON CONFLICT (tenant_id, run_id) DO UPDATE
               SET status = EXCLUDED.status, state = EXCLUDED.state, result = EXCLUDED.result,
                   proposal_id = EXCLUDED.proposal_id, claimed_at = NULL, claim_token = NULL,
@@ -172,7 +177,7 @@ def save(conn: Any, tenant_id: str, agent_id: str, run_id: str, status: str,
         RETURNING 1""",
         {"t": tenant_id, "a": agent_id, "r": run_id, "s": status, "p": proposal_id,
          "state": None if state is None else Json(state), "result": Json(result),
-         "lease": lease}).fetchone()
+         "lease": lease, "by": started_by}).fetchone()
     if row is None:
         raise LeaseLost(run_id)
     if lease is not None:  # its calls are in the state now, or the run has ended
@@ -189,7 +194,7 @@ def pause(db: Database, tenant_id: str, agent_id: str, run_id: str, state: dict[
         try:
             with db.tenant(tenant_id) as conn:
                 save(conn, tenant_id, agent_id, run_id, "interrupted", state, {}, proposal_id,
-                     lease)  # the summary: set once the run has stopped
+                     lease, state.get("started_by"))  # the summary: once the run has stopped
                 if persist is not None:
                     persist(conn, run_id)
             return
@@ -205,6 +210,7 @@ def set_result(conn: Any, tenant_id: str, run_id: str, result: dict[str, Any]) -
 
 
 EXPIRES = "to_char(claim_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+_UTC = "to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 
 
 def load(db: Database, tenant_id: str, run_id: str) -> dict[str, Any]:
@@ -212,12 +218,12 @@ def load(db: Database, tenant_id: str, run_id: str) -> dict[str, Any]:
     with db.tenant(tenant_id) as conn:
         row = conn.execute(
             f"""SELECT agent_id, status, result, proposal_id,
-                       CASE WHEN status = 'resuming' THEN {EXPIRES} END FROM runs
+                       CASE WHEN status = 'resuming' THEN {EXPIRES} END, started_by FROM runs
                 WHERE tenant_id = %s AND run_id = %s""", [tenant_id, run_id]).fetchone()
     if row is None:
         raise RunNotFound(run_id)
     return {"run_id": run_id, "agent_id": row[0], "status": row[1], "result": row[2],
-            "proposal_id": row[3], "claim_expires_at": row[4]}
+            "proposal_id": row[3], "claim_expires_at": row[4], "started_by": row[5]}
 
 
 def not_resumable(run_id: str, status: str, result: dict[str, Any] | None) -> RunConflict:
@@ -230,3 +236,29 @@ def not_resumable(run_id: str, status: str, result: dict[str, Any] | None) -> Ru
                            "waiting for a decision, so there is nothing to resume; start a new "
                            "run instead")
     return RunConflict(f"run {run_id} is {status}, not interrupted: there is nothing to resume")
+
+
+def list_runs(db: Database, tenant_id: str, agent_id: str, status: str | None = None,
+              limit: int = 100, cursor: str | None = None,
+              started_by: str | None = None) -> Page[dict[str, Any]]:
+    """One page of an agent's runs, newest first (``status``: only those; ``started_by``: only
+    the runs that caller started); ``cursor``: the previous page's ``next_cursor``."""
+    before = cursor_after(cursor)
+    with db.tenant(tenant_id) as conn:
+        rows = conn.execute(
+            f"""SELECT run_id, status, proposal_id, started_by,
+                       {_UTC.format("created_at")}, {_UTC.format("updated_at")}
+                  FROM runs
+                 WHERE tenant_id = %(t)s AND agent_id = %(a)s
+                   AND (%(s)s::text IS NULL OR status = %(s)s)
+                   AND (%(by)s::text IS NULL OR started_by = %(by)s)
+                   AND (%(at)s::timestamptz IS NULL
+                        OR (created_at, run_id) < (%(at)s::timestamptz, %(id)s::text))
+                 ORDER BY created_at DESC, run_id DESC LIMIT %(n)s""",
+            {"t": tenant_id, "a": agent_id, "s": status, "by": started_by, "at": before[0],
+             "id": before[1], "n": limit + 1}).fetchall()
+    # No field of ``result``: a json value holding an escaped U+0000 fails every json operator.
+    found = [{"run_id": r[0], "status": r[1], "proposal_id": r[2], "started_by": r[3],
+              "created_at": r[4], "updated_at": r[5]} for r in rows[:limit]]
+    last = found[-1] if len(rows) > limit else None
+    return Page(found, None if last is None else cursor_of(last["created_at"], last["run_id"]))

@@ -38,7 +38,7 @@ from opentelemetry import trace
 from hango.agent import resuming, runs
 from hango.agent.hooks import AttributeValue, Budget, Event, Interrupt, RunContext, Tool
 from hango.agent.stack import Stack, default_stack
-from hango.agents import AgentConfig, load_agent
+from hango.agents import AgentConfig, load_run_config
 from hango.db import Database, DatabaseError
 from hango.fs.backend import PostgresBackend
 from hango.models.base import (
@@ -146,10 +146,11 @@ class Agent:
         self.budget = budget  # a subagent spends the budget of the run that started it
 
     def load_config(self) -> AgentConfig:
-        """The agent's config with the tenant defaults resolved (``reserved_writes``)."""
+        """The agent's config, what it leaves out taken from its tenant's defaults (one query;
+        a config given to the agent is used as it is), then ``reserved_writes`` from settings."""
         config = self._config
         if config is None:
-            config = load_agent(self.db, self.tenant_id, self.agent_id)
+            config = load_run_config(self.db, self.tenant_id, self.agent_id)
         if config is None:
             raise LookupError(f"no agent {self.agent_id!r} in tenant {self.tenant_id!r}")
         if config.reserved_writes is None:
@@ -216,7 +217,8 @@ class Agent:
         elif record or lease is not None:
             with self.db.tenant(self.tenant_id) as conn:
                 runs.save(conn, self.tenant_id, self.agent_id, run_id, result.status, None,
-                          runs.summary(result, saved), lease=resuming.token(lease))
+                          runs.summary(result, saved), lease=resuming.token(lease),
+                          started_by=ctx.started_by)
         return result
 
     def _loop(self, ctx: RunContext, stack: Stack, config: AgentConfig,

@@ -1,8 +1,9 @@
 """Agents and tokens over HTTP: an agent's config, and an owner's tokens of its own tenant.
 
 Any role reads the agents of its tenant and their config; an owner or admin creates or replaces
-a config (:data:`hango.fs.path.WRITERS`); only an owner lists, creates and revokes tokens, and
-only in its own tenant (issue 10.7: the SQL functions check the caller's token again).
+a config (:data:`hango.fs.path.WRITERS`); only an owner sets the tenant's defaults (every role
+reads them), and lists, creates and revokes tokens, only in its own tenant (issue 10.7: the SQL
+functions check the caller's token again).
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from hango.agents import (
     LABEL_CONTROL,
     AgentConfig,
     Principal,
+    TenantDefaults,
     TokenInfo,
     list_agents,
     load_agent,
+    load_tenant_defaults,
     owner_create_token,
     owner_list_tokens,
     owner_revoke_token,
     save_agent,
+    save_tenant_defaults,
 )
 from hango.api.deps import (
     _UNKNOWN_TOKEN,
@@ -89,6 +93,50 @@ def put_agent(
     save_agent(agent.db, agent.principal.tenant_id, agent.agent_id, config)
     response.status_code = 200 if existed else 201
     return config
+
+
+# --- the tenant's defaults: an owner sets them, every role reads them --------------------------
+
+
+class ServerDefaults(BaseModel):
+    memory: list[str]
+    skills: list[str]
+    reserved_writes: str
+
+
+class DefaultsOut(TenantDefaults):
+    server: ServerDefaults = Field(description="The server's fallback for a key left out "
+                                   "(HANGO_MEMORY_DEFAULT_SOURCES, HANGO_SKILLS_DEFAULT_SOURCES, "
+                                   "HANGO_RESERVED_WRITES).")
+
+
+def _defaults_out(request: Request, defaults: TenantDefaults | None) -> DefaultsOut:
+    if defaults is None:  # the tenant was deleted since the token was checked
+        raise _gone()
+    s = request.app.state.hango_settings
+    return DefaultsOut(**defaults.model_dump(), server=ServerDefaults(
+        memory=s.memory_default_sources, skills=s.skills_default_sources,
+        reserved_writes=s.reserved_writes))
+
+
+@router.get("/tenant/defaults", summary="The tenant's defaults for its agents",
+            response_model=DefaultsOut, responses=_errors())
+def get_defaults(request: Request,
+                 principal: Annotated[Principal, Depends(_principal)]) -> DefaultsOut:
+    return _defaults_out(request, load_tenant_defaults(_db(request), principal.tenant_id))
+
+
+@router.put("/tenant/defaults", summary="Set the tenant's defaults for its agents (owner)",
+            response_model=DefaultsOut, responses=_errors(403))
+def put_defaults(request: Request, principal: Annotated[Principal, Depends(_principal)],
+                 body: TenantDefaults) -> DefaultsOut:
+    """Memory sources, skills sources and the reserved-writes mode of every agent of the tenant
+    whose own config names none; a key left out (or null) falls back to the server's setting."""
+    if principal.role != OWNER:
+        raise HTTPException(403, f"only an owner may set the tenant's defaults (this token is "
+                                 f"a {principal.role})")
+    return _defaults_out(request, save_tenant_defaults(
+        _db(request), principal.tenant_id, body.model_dump()))
 
 
 # --- tokens: an owner's own tenant (issue 10.7) ------------------------------------------------

@@ -62,7 +62,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hango import retention
 from hango.agents import check_default_sources
-from hango.api import agents, files, runs
+from hango.api import agents, files, history, run_views, runs
 from hango.api.deps import Authenticate, _db_of, hango_error, unavailable
 from hango.db import Database, DatabaseError, get_database
 from hango.errors import HangoError
@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from hango.telemetry.server import Served
 
 log = logging.getLogger("hango")
+ROUTERS = (files, history, agents, runs, run_views)
 
 # The layout: this module builds the app (middleware, error handlers, routers) and serves it;
 # deps.py is the request context (database, token, agent) and the one error mapping;
@@ -198,7 +199,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None, *,
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Authenticate)  # no body is read before the token is checked
     app.add_middleware(HeadAsGet)  # outermost: a HEAD is its GET from here on
-    for module in (files, agents, runs):
+    for module in ROUTERS:
         app.include_router(module.router)
 
     async def validation(request: Request, exc: Exception) -> JSONResponse:
@@ -211,7 +212,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None, *,
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         if exc.status_code == 405:  # Allow every method of the path, not one route's
-            methods = {method for module in (files, agents, runs)
+            methods = {method for module in ROUTERS
                        for route in module.router.routes if isinstance(route, APIRoute)
                        and route.matches(request.scope)[0] is not Match.NONE
                        for method in route.methods or ()}

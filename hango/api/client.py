@@ -141,12 +141,12 @@ class FilesClient:
         self._http = _Connection(base_url, {"Authorization": f"Bearer {token}"}, timeout)
         self._agent = f"/v1/agents/{quote(agent_id, safe='')}"
 
-    def _file(self, path: str) -> str:
+    def _file(self, path: str, under: str = "files") -> str:
         if not path.startswith("/"):
             # Over HTTP every path is absolute (it follows /files/), so refuse here what
             # clean() would refuse, rather than quietly adding the slash.
             raise ApiError(422, f"invalid path {path!r}: must be absolute (start with /)")
-        return self._agent + "/files/" + "/".join(_segment(s) for s in path[1:].split("/"))
+        return f"{self._agent}/{under}/" + "/".join(_segment(s) for s in path[1:].split("/"))
 
     def _send(self, method: str, url: str, *, content: bytes | None = None,
               json_body: Any = None, params: dict[str, Any] | None = None,
@@ -248,6 +248,29 @@ class FilesClient:
         """Every path matching ``pattern``, page after page."""
         return _every_page(lambda cursor: self.glob(pattern, limit, cursor))
 
+    # history (hango.api.history): the earlier versions of a file under /memories/, /skills/
+
+    def history(self, path: str) -> list[dict[str, Any]]:
+        """The file's versions, newest first (``version``, ``size``, ``written_by``, ...)."""
+        return list(self._send("GET", self._file(path, "history")).json()["versions"])
+
+    def read_version(self, path: str, version: int) -> str:
+        """The text of one version (410 when it is no longer kept)."""
+        response = self._send("GET", self._file(path), params={"version": version})
+        return response.content.decode("utf-8")
+
+    def diff(self, path: str, old: int, new: int | None = None) -> str:
+        """Version ``new`` (default: the current one) as a unified diff against ``old``."""
+        params = {"from": old, **({} if new is None else {"to": new})}
+        return str(self._send("GET", self._file(path, "diff"), params=params).json()["diff"])
+
+    def restore(self, path: str, version: int, if_version: int | None = None) -> int:
+        """Write ``version`` back as a new version (owner or admin); return the new version."""
+        when = {} if if_version is None else {"If-Match": f'"{if_version}"'}
+        response = self._send("POST", self._file(path, "restore"), json_body={"version": version},
+                              headers=when)
+        return int(response.json()["version"])
+
     # config
 
     def put_agent(self, config: AgentConfig | dict[str, Any]) -> AgentConfig:
@@ -270,6 +293,16 @@ class FilesClient:
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         return dict(self._send("GET", f"{self._agent}/runs/{quote(run_id, safe='')}").json())
+
+    def runs(self, status: str = "all") -> list[dict[str, Any]]:
+        """The agent's runs, newest first (the first page; a member: its own)."""
+        return list(self._send("GET", self._agent + "/runs", params={"status": status})
+                    .json()["runs"])
+
+    def prompt(self, run_id: str) -> list[dict[str, Any]]:
+        """What the model received at each call of a run (``hango.models.view.request_view``)."""
+        url = f"{self._agent}/runs/{quote(run_id, safe='')}/prompt"
+        return list(self._send("GET", url).json()["calls"])
 
     def resume(self, run_id: str) -> dict[str, Any]:
         """Continue an interrupted run once its proposal is decided (409 if not, or raced)."""

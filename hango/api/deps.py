@@ -9,6 +9,7 @@ becomes its HTTP status: a route lets the error rise instead of translating it i
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -44,6 +45,7 @@ _DESCRIPTIONS = {
     409: "The edit's old text is missing or ambiguous (nothing was written), the file is not "
          "UTF-8 text, a file and a directory would share a name, or (GET) the file is larger "
          "than HANGO_MAX_FILE_BYTES.",
+    410: "That version of the file is no longer kept (HANGO_HISTORY_MAX_VERSIONS).",
     412: "If-Match named a version the file is not at; nothing was written.",
     413: "The request body is larger than HANGO_MAX_BODY_BYTES, the file would be larger than "
          "HANGO_MAX_FILE_BYTES, or the tenant would exceed HANGO_TENANT_MAX_FILES or "
@@ -176,10 +178,12 @@ class _Agent:
     principal: Principal
     agent_id: str
     settings: Settings | None = None
+    author: str | None = None  # the caller, as a file's history and a run record it (author)
 
     @property
     def backend(self) -> PostgresBackend:
-        return PostgresBackend(self.db, self.principal.tenant_id, self.agent_id, self.settings)
+        return PostgresBackend(self.db, self.principal.tenant_id, self.agent_id, self.settings,
+                               author=self.author)
 
     def exists(self) -> bool:
         return agent_exists(self.db, self.principal.tenant_id, self.agent_id)
@@ -196,10 +200,18 @@ class _Agent:
 AgentId = Annotated[str, UrlPath(pattern=ID_PATTERN, description="The agent's id.")]
 
 
+def author(request: Request, principal: Principal) -> str:
+    """The caller as a file's history, runs and proposals record it: its role and its token's
+    fingerprint (never the token): ``member:1a2b3c4d5e6f``."""
+    token = request.headers.get("authorization", "").partition(" ")[2]
+    return f"{principal.role}:{hashlib.sha256(token.encode()).hexdigest()[:12]}"
+
+
 async def _agent(
     request: Request, agent_id: AgentId, principal: Annotated[Principal, Depends(_principal)]
 ) -> _Agent:
-    agent = _Agent(_db(request), principal, agent_id, request.app.state.hango_settings)
+    agent = _Agent(_db(request), principal, agent_id, request.app.state.hango_settings,
+                   author(request, principal))
     request.scope.setdefault("state", {})["hango_agent"] = agent  # for hango_error, below
     return agent
 

@@ -22,6 +22,7 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from hango.api.deps import _Agent, _agent, _errors
 from hango.api.plain_get import etag, file_path, file_response
+from hango.fs import history
 from hango.fs.backend import FileTooLarge, NotText
 from hango.fs.path import check_write
 
@@ -137,17 +138,22 @@ FILE_ROUTE = "/agents/{agent_id}/files/{path:hango_path}"
 
 @router.get(
     FILE_ROUTE,
-    summary="Read a file",
+    summary="Read a file, or (?version=N) one of its versions",
     response_class=Response,  # no media type of its own: errors are JSON, the 200 is text
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "headers": _ETAG,
                      "description": "The file's contents; the ETag is its version."},
-               **_errors(404, 409)},
+               **_errors(404, 409, 410)},
 )
 def read_file(
-    agent: Annotated[_Agent, Depends(_agent)], path: Annotated[str, Depends(_file_path)]
+    agent: Annotated[_Agent, Depends(_agent)], path: Annotated[str, Depends(_file_path)],
+    version: Annotated[int | None, Query(ge=1, le=2**62, description=(
+        "A version of the file: the current one, or under /memories/ and /skills/ an earlier "
+        "one still kept (GET /v1/agents/{agent_id}/history/{path} lists them); 410 when it is "
+        "no longer kept."))] = None,
 ) -> Response:
     try:
-        data = agent.backend.read(path)
+        data = (agent.backend.read(path) if version is None
+                else history.read_version(agent.backend, path, version))
     except NotText as exc:
         raise HTTPException(409, f"{path}: {exc}") from None
     except FileTooLarge as exc:  # stored before the cap: a conflict with it, not a big request

@@ -25,7 +25,6 @@ database aborted to break a deadlock is 409 with Retry-After; neither body carri
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Annotated, Any, Literal
 
@@ -33,11 +32,12 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi import Path as UrlPath
 from pydantic import BaseModel, ConfigDict, Field
 
+from hango import prompts
 from hango.agent import proposals, resuming, runs
 from hango.agent.runs import summary
 from hango.agent.runtime import Agent
-from hango.agents import AgentConfig, load_agent
-from hango.api.deps import ErrorBody, _Agent, _agent
+from hango.agents import AgentConfig, load_run_config
+from hango.api.deps import ErrorBody, _Agent, _agent, author
 from hango.api.files import TEXT_SHAPE
 from hango.api.run_limits import RunLimits
 from hango.fs.path import WRITERS
@@ -191,10 +191,8 @@ def _telemetry(request: Request) -> Telemetry:
 
 
 def _who(request: Request, agent: _Agent) -> str:
-    """The caller as runs and proposals record it: role and the token's fingerprint (never the
-    token): ``member:1a2b3c4d5e6f``."""
-    token = request.headers.get("authorization", "").partition(" ")[2]
-    return f"{agent.principal.role}:{hashlib.sha256(token.encode()).hexdigest()[:12]}"
+    """The caller as runs and proposals record it (:func:`hango.api.deps.author`)."""
+    return agent.author or author(request, agent.principal)
 
 
 def _decider(request: Request, agent: _Agent, what: str = "see or decide proposals") -> str:
@@ -239,7 +237,7 @@ async def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)]
 
 def _create_run(request: Request, agent: _Agent, body: RunBody) -> RunOut:
     # The config, read once: it tells that the agent exists, and the run uses it.
-    config = load_agent(agent.db, agent.principal.tenant_id, agent.agent_id)
+    config = load_run_config(agent.db, agent.principal.tenant_id, agent.agent_id)
     if config is None:
         raise agent.no_agent()
     # A ModelError rises to its 502 (deps.py), naming the model and the provider's message.
@@ -247,6 +245,7 @@ def _create_run(request: Request, agent: _Agent, body: RunBody) -> RunOut:
         result = _server_agent(request, agent, config).run(body.prompt, record=True)
     except InvalidRequest as exc:  # the provider would refuse it (a blank prompt): said first
         raise HTTPException(422, f"prompt: {exc}") from None
+    prompts.keep(agent.db, agent.principal.tenant_id, result, agent.backend.settings)
     return _out(summary(result), result.run_id, result.status)
 
 
@@ -271,6 +270,7 @@ async def resume_run(request: Request, agent: Annotated[_Agent, Depends(_agent)]
 def _resume_run(request: Request, agent: _Agent, run_id: RunId) -> RunOut:
     # RunError: 404 or 409; ModelError: 502, and the run is resumable again (deps.py).
     result = _server_agent(request, agent).resume(run_id)
+    prompts.keep(agent.db, agent.principal.tenant_id, result, agent.backend.settings)
     return _out(summary(result, {}), result.run_id, result.status)
 
 

@@ -74,6 +74,14 @@ def _parser() -> argparse.ArgumentParser:
     tenant_sub = tenant.add_subparsers(dest="action", required=True, metavar="ACTION")
     tenant_create = tenant_sub.add_parser("create", help="create a tenant (idempotent)")
     tenant_create.add_argument("name")
+    defaults = tenant_sub.add_parser(
+        "defaults", help="show the tenant's defaults for its agents, or change the flags given")
+    defaults.add_argument("name", metavar="tenant")
+    defaults.add_argument("--memory", nargs="+", metavar="PATH", help="memory files")
+    defaults.add_argument("--skills", nargs="+", metavar="DIR", help="skills directories")
+    defaults.add_argument("--reserved-writes", choices=["refuse", "ask"])
+    defaults.add_argument("--unset", nargs="+", choices=["memory", "skills", "reserved-writes"],
+                          help="back to the server's HANGO_* setting")
     tenant.set_defaults(func=cmd_tenant)
 
     token = sub.add_parser("token", help="bearer tokens for the files API")
@@ -161,8 +169,14 @@ def _parser() -> argparse.ArgumentParser:
             one.add_argument("--base-version", type=int,
                              help="approve against this version (after a conflict)")
     prop.set_defaults(func=cmd_proposals)
-    run = sub.add_parser("runs", help="runs of an agent that are resumed")
+    run = sub.add_parser("runs", help="an agent's runs")
     run_sub = run.add_subparsers(dest="action", required=True, metavar="ACTION")
+    runs_list = run_sub.add_parser("list", help="the runs, newest first: id, status, "
+                                   "created, started by, the proposal it waits for")
+    runs_list.add_argument("tenant")
+    runs_list.add_argument("agent")
+    runs_list.add_argument("--status", default="all",
+                           choices=["interrupted", "resuming", "done", "failed", "all"])
     release = run_sub.add_parser(
         "release", help="free the claim of a resume that died, so the run can be resumed now")
     for name in ("tenant", "agent", "run"):

@@ -24,8 +24,10 @@ from hango.agents import (
     expiry_from,
     list_tokens,
     load_agent,
+    load_tenant_defaults,
     mint_token,
     revoke_token,
+    save_tenant_defaults,
     update_agent,
 )
 from hango.cli.common import CliError, open_db, say
@@ -39,11 +41,30 @@ def _missing_tenant(tenant: str) -> CliError:
 
 
 def cmd_tenant(args: argparse.Namespace, settings: Settings) -> int:
+    """``tenant create``; ``tenant defaults``: show, or change only the flags given (as an
+    owner's ``PUT /v1/tenant/defaults``; ``--unset``: back to the server's setting)."""
     db = open_db(settings)
     try:
-        print(create_tenant(db, args.name))
+        if args.action == "create":
+            print(create_tenant(db, args.name))
+            return 0
+        changes: dict[str, Any] = {key.replace("-", "_"): None for key in args.unset or ()}
+        for key in ("memory", "skills", "reserved_writes"):
+            value = _split(getattr(args, key)) if key != "reserved_writes" else args.reserved_writes
+            if value is not None:
+                changes[key] = value
+        defaults = (save_tenant_defaults(db, args.name, changes) if changes
+                    else load_tenant_defaults(db, args.name))
+        if defaults is None:
+            raise _missing_tenant(args.name)
+    except ValidationError as exc:
+        raise CliError("; ".join(str(e["msg"]).removeprefix("Value error, ")
+                                 for e in exc.errors())) from None
     finally:
         db.close()
+    print(json.dumps({**defaults.model_dump(), "server": {
+        "memory": settings.memory_default_sources, "skills": settings.skills_default_sources,
+        "reserved_writes": settings.reserved_writes}}, indent=2))
     return 0
 
 
@@ -198,11 +219,28 @@ def cmd_proposals(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
-    """``hango runs release``: free the claim of a resume that died (as the API's release)."""
+    """``hango runs list``: newest first, page after page (as ``GET .../runs``); ``hango runs
+    release``: free the claim of a resume that died (as the API's release)."""
     from hango.agent import resuming, runs
 
     db = open_db(settings)
     try:
+        if args.action == "list":
+            cursor, seen = None, 0
+            while True:
+                found = runs.list_runs(db, args.tenant, args.agent,
+                                       None if args.status == "all" else args.status,
+                                       cursor=cursor)
+                for r in found:
+                    print("\t".join((r["run_id"], r["status"], r["created_at"],
+                                     r["started_by"] or "-", r["proposal_id"] or "-")))
+                seen += len(found)
+                if (cursor := found.next_cursor) is None:
+                    break
+            if not seen:
+                say(f"no {'' if args.status == 'all' else args.status + ' '}runs for "
+                    f"{args.tenant}/{args.agent}")
+            return 0
         run = runs.load(db, args.tenant, args.run)
         if run["agent_id"] != args.agent or not resuming.release(db, args.tenant, args.run):
             raise CliError(f"run {args.run} of {args.tenant}/{args.agent} is "

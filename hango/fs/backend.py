@@ -111,19 +111,22 @@ class PostgresBackend:
 
     def __init__(self, db: Database, tenant_id: str, agent_id: str,
                  settings: Settings | None = None,
-                 conn: psycopg.Connection[Any] | None = None) -> None:
+                 conn: psycopg.Connection[Any] | None = None, *,
+                 author: str | None = None) -> None:
         self.db = db
         self.tenant_id = tenant_id
         self.agent_id = agent_id
         self.settings: Settings = settings or getattr(db, "settings", None) or get_settings()
         self.conn = conn  # the caller's transaction it works in (within), or None: its own
+        self.author = author  # who writes through it ("owner:<token fingerprint>"), kept per version
         self.bytes_read = 0  # content bytes transferred from the database, for the caps' tests
 
     def within(self, conn: psycopg.Connection[Any]) -> PostgresBackend:
         """This backend inside the caller's transaction ``conn`` (one of this tenant): each call
         is a savepoint in it, so a refused write leaves the transaction usable, and what it
         writes commits with whatever else the caller does there, or not at all."""
-        return PostgresBackend(self.db, self.tenant_id, self.agent_id, self.settings, conn)
+        return PostgresBackend(self.db, self.tenant_id, self.agent_id, self.settings, conn,
+                               author=self.author)
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:

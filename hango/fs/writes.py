@@ -9,7 +9,12 @@ file larger than ``HANGO_MAX_FILE_BYTES`` (:class:`FileTooLarge`, checked before
 built) or stores what is not text (:class:`InvalidText`: U+0000, a lone surrogate), and the
 database refuses one that would take the tenant over its quota (:class:`QuotaExceeded`) or give
 a file and a directory one name (:class:`PathConflict`). Every door writes through here: the
-files API, the agent's tools, approve; no other code inserts or updates ``agent_files``.
+files API, the agent's tools, approve, restore; no other code inserts or updates ``agent_files``.
+
+Under ``/memories/`` and ``/skills/`` each write and delete first copies the file's current
+version into its history (``agent_file_versions``, :mod:`hango.fs.history` reads it), keeping at
+most ``HANGO_HISTORY_MAX_VERSIONS``; with each version goes who wrote it (``backend.author``),
+the proposal it came from or the version it restored.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from hango.errors import (
     QuotaExceeded,
     VersionConflict,
 )
-from hango.fs.path import clean
+from hango.fs.path import clean, reserved_prefix
 
 if TYPE_CHECKING:
     from hango.fs.backend import PostgresBackend
@@ -76,8 +81,64 @@ def text_bytes(path: str, content: str) -> bytes:
                           "written") from None
 
 
-def write(backend: PostgresBackend, path: str, content: str, if_version: int | None = None) -> int:
-    """Create or replace a file; return its new version."""
+# --- history: the previous version of a file under /memories/ or /skills/ ----------------------
+
+_PRUNE = """DELETE FROM agent_file_versions h USING agent_files f
+             WHERE h.tenant_id = %(t)s AND h.agent_id = %(a)s AND h.path = %(p)s
+               AND f.tenant_id = %(t)s AND f.agent_id = %(a)s AND f.path = %(p)s
+               AND h.version <= f.version - %(k)s"""
+# A version number kept already means the file was written around this path (plain SQL that
+# reused a number): the first copy of that number stays.
+_KEEP = """INSERT INTO agent_file_versions (tenant_id, agent_id, path, version, content, size,
+                  written_at, written_by, proposal_id, restored_from, deleted_at, deleted_by)
+           SELECT tenant_id, agent_id, path, version, content, size, updated_at, written_by,
+                  proposal_id, restored_from, CASE WHEN %(gone)s THEN now() END,
+                  CASE WHEN %(gone)s THEN %(by)s::text END
+             FROM agent_files
+            WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
+              AND (%(v)s::bigint IS NULL OR version = %(v)s::bigint)
+           ON CONFLICT DO NOTHING"""
+# A new file's first version: after its history's last (a file deleted, then created again).
+_FIRST = """(SELECT coalesce(max(version), 0) + 1 FROM agent_file_versions
+              WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s)"""
+
+
+def kept_under(path: str) -> str | None:
+    """The reserved prefix a file lies under (``/memories`` itself, a file, is under none)."""
+    prefix = reserved_prefix(path)
+    return prefix if prefix is not None and path.startswith(prefix) else None
+
+
+def history_lock(conn: Any, backend: PostgresBackend, path: str) -> bool:
+    """Whether ``path`` keeps a history (it is under a reserved prefix); if so, take the lock
+    writers of the agent's ``/memories/`` (or ``/skills/``) queue on: the one the
+    file-or-directory trigger takes (schema.sql), taken first, so each writer copies the version
+    the previous one wrote, and locks come in one order (this one, the row, the usage)."""
+    prefix = kept_under(path)
+    if prefix is not None:
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended("
+                     "%s || '/' || %s || '/' || %s, 0))",
+                     [backend.tenant_id, backend.agent_id, prefix.strip("/")])
+    return prefix is not None
+
+
+def keep_previous(conn: Any, backend: PostgresBackend, path: str, if_version: int | None,
+                  *, deleting: bool = False) -> None:
+    """Under a reserved prefix: copy the file's current version (if it is ``if_version``, when
+    given) into its history, the oldest pruned first so at most ``HANGO_HISTORY_MAX_VERSIONS``
+    stay."""
+    if not history_lock(conn, backend, path):
+        return
+    params = {**backend._ns(), "p": path, "v": if_version, "gone": deleting,
+              "by": backend.author, "k": backend.settings.history_max_versions}
+    conn.execute(_PRUNE, params)
+    conn.execute(_KEEP, params)
+
+
+def write(backend: PostgresBackend, path: str, content: str, if_version: int | None = None,
+          *, proposal_id: str | None = None, restored_from: int | None = None) -> int:
+    """Create or replace a file; return its new version. ``proposal_id``, ``restored_from``:
+    where the content came from (an approved proposal, a restored version), kept with it."""
     path = clean(path)
     cap = backend.max_file_bytes
     if len(content) > 4 * cap:  # UTF-8 has at least a byte a character: not even encoded
@@ -85,29 +146,33 @@ def write(backend: PostgresBackend, path: str, content: str, if_version: int | N
     data = text_bytes(path, content)  # at most 16 x cap bytes
     if len(data) > cap:
         raise FileTooLarge(path, len(data), cap)
-    params = {**backend._ns(), "p": path, "c": data, "s": len(data), "v": if_version}
+    params = {**backend._ns(), "p": path, "c": data, "s": len(data), "v": if_version,
+              "by": backend.author, "pr": proposal_id, "rf": restored_from}
+    first = _FIRST if kept_under(path) is not None else "1"  # only a history has a number to follow
+    insert = f"""INSERT INTO agent_files (tenant_id, agent_id, path, content, size, version,
+                                          written_by, proposal_id, restored_from)
+                 VALUES (%(t)s, %(a)s, %(p)s, %(c)s, %(s)s, {first}, %(by)s, %(pr)s, %(rf)s)"""
     with writing(backend) as conn:
+        keep_previous(conn, backend, path, if_version)
         if if_version is None:
             row = conn.execute(
-                """INSERT INTO agent_files (tenant_id, agent_id, path, content, size)
-                   VALUES (%(t)s, %(a)s, %(p)s, %(c)s, %(s)s)
+                f"""{insert}
                    ON CONFLICT (tenant_id, agent_id, path) DO UPDATE
                       SET content = EXCLUDED.content, size = EXCLUDED.size,
-                          version = agent_files.version + 1, updated_at = now()
+                          version = agent_files.version + 1, updated_at = now(),
+                          written_by = EXCLUDED.written_by, proposal_id = EXCLUDED.proposal_id,
+                          restored_from = EXCLUDED.restored_from
                    RETURNING version""",
                 params,
             ).fetchone()
         elif if_version == 0:  # "only if it does not exist yet"
-            row = conn.execute(
-                """INSERT INTO agent_files (tenant_id, agent_id, path, content, size)
-                   VALUES (%(t)s, %(a)s, %(p)s, %(c)s, %(s)s)
-                   ON CONFLICT DO NOTHING RETURNING version""",
-                params,
-            ).fetchone()
+            row = conn.execute(f"{insert} ON CONFLICT DO NOTHING RETURNING version",
+                               params).fetchone()
         else:
             row = conn.execute(
                 """UPDATE agent_files SET content = %(c)s, size = %(s)s,
-                          version = version + 1, updated_at = now()
+                          version = version + 1, updated_at = now(), written_by = %(by)s,
+                          proposal_id = %(pr)s, restored_from = %(rf)s
                     WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
                       AND version = %(v)s
                 RETURNING version""",
@@ -146,6 +211,7 @@ def edit(
     cap = backend.max_file_bytes
     old_b, new_b = text_bytes(path, old), text_bytes(path, new)
     with writing(backend) as conn:
+        history_lock(conn, backend, path)  # before the row's lock (keep_previous, below)
         # A file already over the cap (stored before it) is not even fetched unless the edit
         # could shrink it.
         row = conn.execute(
@@ -178,20 +244,25 @@ def edit(
         if result_size > cap:
             raise FileTooLarge(path, result_size, cap)
         data = data.replace(old_b, new_b)
+        keep_previous(conn, backend, path, version)
         new_version = conn.execute(
             """UPDATE agent_files SET content = %(c)s, size = %(s)s,
-                      version = version + 1, updated_at = now()
+                      version = version + 1, updated_at = now(), written_by = %(by)s,
+                      proposal_id = NULL, restored_from = NULL
                 WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
             RETURNING version""",
-            {**backend._ns(), "p": path, "c": data, "s": len(data)},
+            {**backend._ns(), "p": path, "c": data, "s": len(data), "by": backend.author},
         ).fetchone()
         assert new_version is not None
         return int(new_version[0])
 
 
 def delete(backend: PostgresBackend, path: str, if_version: int | None = None) -> None:
+    """Delete a file. Under a reserved prefix its last version stays in its history (marked
+    deleted), so it can be restored. No quota is set: a delete is never refused for one."""
     path = clean(path)
     with backend.transaction() as conn:
+        keep_previous(conn, backend, path, if_version, deleting=True)
         row = conn.execute(
             """DELETE FROM agent_files
                 WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s

@@ -31,9 +31,14 @@ BEGIN
 END
 $$;
 
+-- A tenant's defaults, set by an owner (hango.agent_config.TenantDefaults): memory sources,
+-- skills sources, reserved-writes mode, for its agents whose own config names none; a key left
+-- out falls back to the server's HANGO_MEMORY_DEFAULT_SOURCES, HANGO_SKILLS_DEFAULT_SOURCES,
+-- HANGO_RESERVED_WRITES.
 CREATE TABLE IF NOT EXISTS tenants (
     tenant_id  text PRIMARY KEY CHECK (tenant_id ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    defaults   jsonb NOT NULL DEFAULT '{}'
 );
 
 -- Per-agent config: tool allowlist, memory sources, skills sources (validated by the API).
@@ -56,6 +61,11 @@ CREATE TABLE IF NOT EXISTS agent_files (
     size       integer NOT NULL,
     version    bigint NOT NULL DEFAULT 1,
     updated_at timestamptz NOT NULL DEFAULT now(),
+    -- who wrote this version (the caller's role and token fingerprint; NULL: written in code),
+    -- the approved proposal it came from, the version a restore copied (50-history.sql)
+    written_by    text,
+    proposal_id   text,
+    restored_from bigint,
     PRIMARY KEY (tenant_id, agent_id, path),
     FOREIGN KEY (tenant_id, agent_id) REFERENCES agents ON DELETE CASCADE
 );

@@ -69,7 +69,10 @@ CREATE TABLE IF NOT EXISTS tenant_usage (
     bytes         bigint NOT NULL DEFAULT 0,
     runs          bigint NOT NULL DEFAULT 0,
     run_bytes     bigint NOT NULL DEFAULT 0,
-    runs_swept_at timestamptz
+    runs_swept_at timestamptz,
+    -- of bytes, those of files' earlier versions under /memories/ and /skills/ (50-history.sql)
+    history_versions bigint NOT NULL DEFAULT 0,
+    history_bytes    bigint NOT NULL DEFAULT 0
 );
 ALTER TABLE tenant_usage ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS tenant_isolation ON tenant_usage;

@@ -22,6 +22,7 @@ CREATE TABLE IF NOT EXISTS runs (
     claimed_at       timestamptz,               -- when the resume in progress took its claim
     claim_token      text,                      -- which resume holds the claim
     claim_expires_at timestamptz,               -- until when, unless renewed
+    started_by       text,                      -- "member:<token fingerprint>"; NULL: in code
     created_at       timestamptz NOT NULL DEFAULT now(),
     updated_at       timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (tenant_id, run_id),
@@ -77,6 +78,28 @@ CREATE INDEX IF NOT EXISTS proposals_listing
 CREATE INDEX IF NOT EXISTS runs_ended ON runs (tenant_id, updated_at)
     WHERE status IN ('done', 'failed');
 CREATE INDEX IF NOT EXISTS proposals_run ON proposals (tenant_id, run_id);
+
+-- The prompts of runs over HTTP: one row per model call (its request as people read it,
+-- hango.models.view.request_view, with the usage and why the cache read nothing), at most
+-- HANGO_RUN_PROMPT_MAX_BYTES of them per run (hango/prompts.py). They go with their run (the
+-- retention sweep, hango/retention.py) and count in the tenant's run_bytes. json, not jsonb: a
+-- prompt may hold U+0000. runs.started_by: who started the run ("member:<token fingerprint>"),
+-- so a member sees the prompts of its own runs only.
+CREATE INDEX IF NOT EXISTS runs_listing ON runs (tenant_id, agent_id, created_at, run_id);
+CREATE TABLE IF NOT EXISTS run_prompts (
+    tenant_id text NOT NULL,
+    run_id    text NOT NULL,
+    call      integer NOT NULL CHECK (call >= 1),  -- 1, 2, ... across a resumed run's parts
+    view      json NOT NULL,
+    bytes     integer NOT NULL,
+    PRIMARY KEY (tenant_id, run_id, call),
+    FOREIGN KEY (tenant_id, run_id) REFERENCES runs ON DELETE CASCADE
+);
+ALTER TABLE run_prompts ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS tenant_isolation ON run_prompts;
+CREATE POLICY tenant_isolation ON run_prompts
+    USING (tenant_id = current_setting('hango.tenant_id', true));
+GRANT SELECT, INSERT, DELETE ON run_prompts TO hango_app;
 
 ALTER TABLE runs ENABLE ROW LEVEL SECURITY;
 ALTER TABLE run_calls ENABLE ROW LEVEL SECURITY;

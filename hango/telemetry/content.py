@@ -80,7 +80,7 @@ def fair_share(lengths: list[int], budget: int) -> int | None:
     return remaining  # pragma: no cover - the sum exceeded the budget, so some text is longer
 
 
-def _clip_view(view: dict[str, Any], budget: int) -> None:
+def clip_view(view: dict[str, Any], budget: int) -> None:
     """Cut the view's texts (in place) so that together they fit ``budget`` bytes."""
     texts: list[tuple[dict[str, Any], str]] = [(b, "text") for b in view["system"]]
     for m in view["messages"]:
@@ -154,7 +154,7 @@ def chat_content(request: Request, response: Response, max_bytes: int) -> dict[s
     while True:
         view = copy.deepcopy(full)
         view["messages"] = view["messages"][omitted:]
-        _clip_view(view, budget)
+        clip_view(view, budget)
         attributes: dict[str, Any] = _attributes(view)
         if size(attributes) <= max_bytes:
             break

@@ -1,0 +1,107 @@
+"""The prompts of runs over HTTP: what each model call of a run received, kept with the run.
+
+After a run (or a resumed run's part) the runs API keeps each model call's request as people
+read it: :func:`hango.models.view.request_view` (the system blocks with their source, size and
+token estimate, the tools, the messages, the breakpoints, the usage and why the cache read
+nothing), the one view the notebooks' ``show_request`` and the trace's content print. Kept in
+``run_prompts``, at most ``HANGO_RUN_PROMPT_MAX_BYTES`` a run: a call that does not fit what is
+left has its texts cut to fit (fairly: :func:`hango.telemetry.content.clip_view`, as the
+trace's content is), and once nothing is left only its headings stay (each block's source and
+size, the usage, the miss reason). They go when their run goes (:mod:`hango.retention`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from psycopg.types.json import Json
+
+from hango.db import Database
+from hango.models.base import Request, Response
+from hango.models.view import render, request_view
+from hango.settings import Settings
+from hango.telemetry.content import clip_view
+
+MIN_TEXT = 256  # bytes of text below which a cut view keeps headings only
+
+
+def _bytes(view: dict[str, Any]) -> int:
+    return len(json.dumps(view, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def bounded(view: dict[str, Any], budget: int) -> dict[str, Any]:
+    """``view`` whole if it fits ``budget`` bytes, else with its texts cut until it does; when
+    even its headings do not fit, the headings (every text cut to nothing, said so)."""
+    if _bytes(view) <= budget:
+        return {**view, "clipped": False}
+    share = budget
+    while share >= MIN_TEXT:
+        cut = copy.deepcopy(view)
+        clip_view(cut, share)
+        cut["clipped"] = True
+        if _bytes(cut) <= budget:
+            return cut
+        share //= 2
+    headings = copy.deepcopy(view)
+    clip_view(headings, 0)
+    return {**headings, "clipped": True}
+
+
+class _Run(Protocol):
+    run_id: str
+    requests: list[Request]
+    responses: list[Response]
+
+
+def keep(db: Database, tenant_id: str, run: _Run, settings: Settings) -> None:
+    """What a run over HTTP keeps of its calls (``HANGO_RUN_PROMPT_MAX_BYTES``)."""
+    store(db, tenant_id, run.run_id, run.requests, run.responses, settings.run_prompt_max_bytes)
+
+
+def store(db: Database, tenant_id: str, run_id: str, requests: Sequence[Request],
+          responses: Sequence[Response], max_bytes: int) -> None:
+    """Keep the views of a run's calls (numbered after those an earlier part of it kept)."""
+    if not requests:
+        return
+    with db.tenant(tenant_id) as conn:
+        # One store of a run at a time (a resumed part after the interrupted one).
+        if conn.execute("SELECT 1 FROM runs WHERE tenant_id = %s AND run_id = %s "
+                        "FOR NO KEY UPDATE", [tenant_id, run_id]).fetchone() is None:
+            return
+        found = conn.execute(
+            "SELECT coalesce(max(call), 0), coalesce(sum(bytes), 0) FROM run_prompts "
+            "WHERE tenant_id = %s AND run_id = %s", [tenant_id, run_id]).fetchone()
+        assert found is not None  # an aggregate has a row
+        calls, used = int(found[0]), int(found[1])
+        rows = []
+        for request, response in zip(requests, responses, strict=True):
+            view = bounded(request_view(request, response), max(0, max_bytes - used))
+            size = _bytes(view)
+            used += size
+            calls += 1
+            rows.append([tenant_id, run_id, calls, Json(view), size])
+        conn.cursor().executemany("INSERT INTO run_prompts (tenant_id, run_id, call, view, bytes)"
+                                  " VALUES (%s, %s, %s, %s, %s)", rows)
+
+
+def load(db: Database, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+    """The kept views of a run's calls, in order."""
+    with db.tenant(tenant_id) as conn:
+        rows = conn.execute("SELECT view FROM run_prompts WHERE tenant_id = %s AND run_id = %s "
+                            "ORDER BY call", [tenant_id, run_id]).fetchall()
+    return [row[0] for row in rows]
+
+
+def render_text(run_id: str, views: Sequence[dict[str, Any]], max_bytes: int,
+                width: int | None = 60) -> str:
+    """The views as text, each call headed by its number: :func:`hango.models.view.render`."""
+    kept = sum(_bytes(v) for v in views)
+    lines = [f"run {run_id}: {len(views)} model call(s); {kept} bytes kept of "
+             f"HANGO_RUN_PROMPT_MAX_BYTES={max_bytes}"]
+    for i, view in enumerate(views, 1):
+        cut = " (texts cut to fit)" if view.get("clipped") else ""
+        lines += ["", f"--- call {i}{cut} ---", render(view, width)]
+    return "\n".join(lines) + "\n"
