@@ -3,6 +3,9 @@
 A middleware is any object with a ``name`` that implements one or more of these protocols:
 
 - :class:`RunHook` ``before_run(ctx)``: once per run, in chain order, before the first model call.
+- :class:`Reader`: a RunHook that reads the database says what it reads (``reads(ctx)``: plain,
+  frozen values) and what it builds from the rows (``build(ctx, rows)``); its ``before_run`` is
+  read, then build.
 - :class:`PromptContributor` ``system_blocks(ctx)``: at every model call, in chain order.
 - :class:`BreakpointMarker` ``marks_breakpoint``: the system blocks contributed *before* it get
   the cache breakpoint (that is what ``PromptCache`` is).
@@ -28,8 +31,10 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_check
 from hango.models.base import Block, Request, Response, ToolCall, ToolResult, ToolSpec
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
     from hango.agents import AgentConfig
-    from hango.fs.backend import Backend
+    from hango.fs.files import Backend, FileData, Read
     from hango.telemetry import Telemetry
 
 T = TypeVar("T")
@@ -144,6 +149,25 @@ class Interrupt(Exception):
 @runtime_checkable
 class RunHook(Protocol):
     def before_run(self, ctx: RunContext) -> None: ...
+
+
+@runtime_checkable
+class Reader(Protocol):
+    """A RunHook whose ``before_run`` is: open ``span``, run ``reads(ctx)`` against the backend,
+    ``build(ctx, rows)`` (one list of files per read), then ``report`` into the span and metrics.
+
+    ``reads`` looks only at the config and the hook's own parameters; ``build`` turns the rows
+    into this hook's state (under ``key``), warnings, events and ``ctx.attributes``, and touches
+    nothing else, so whoever runs it may run it in another way and get the same run."""
+
+    name: str
+    span: str
+    key: StateKey[Any]
+
+    def before_run(self, ctx: RunContext) -> None: ...
+    def reads(self, ctx: RunContext) -> Sequence[Read]: ...
+    def build(self, ctx: RunContext, rows: Sequence[list[FileData]]) -> None: ...
+    def report(self, ctx: RunContext, span: Span, seconds: float) -> None: ...
 
 
 @runtime_checkable

@@ -37,7 +37,8 @@ from hango.db import Database
 from hango.errors import HangoError, VersionConflict
 from hango.fs import writes
 from hango.fs.backend import PostgresBackend, decode_head
-from hango.fs.listing import InvalidCursor, Page
+from hango.fs.files import Page
+from hango.fs.listing import InvalidCursor
 from hango.fs.path import PREFIX_SKILLS, check_write
 from hango.settings import Settings
 from hango.telemetry import (

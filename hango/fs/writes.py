@@ -1,22 +1,22 @@
-"""The write path of :class:`hango.fs.backend.PostgresBackend`: ``write``, ``edit``, ``delete``.
+"""The one write path of the agent files: ``write``, ``edit`` and ``delete`` of a namespace.
 
-Each is one transaction, or a savepoint in the caller's when the backend works inside one
-(:meth:`~hango.fs.backend.PostgresBackend.within`: approving a proposal writes the file and the
-decision together). A file carries a ``version`` for optimistic concurrency: pass
-``if_version`` and a write that lost a race is refused with :class:`VersionConflict` instead of
-silently overwriting (``if_version=0``: only if the file does not exist yet). No write makes a
-file larger than ``HANGO_MAX_FILE_BYTES`` (:class:`FileTooLarge`, checked before the content is
-built) or stores what is not text (:class:`InvalidText`: U+0000, a lone surrogate), and the
-database refuses one that would take the tenant over its quota (:class:`QuotaExceeded`) or give
-a file and a directory one name (:class:`PathConflict`). Every door writes through here: the
-files API, the agent's tools, approve; no other code inserts or updates ``agent_files``.
+Each is one transaction, or a savepoint in the caller's when the namespace works inside one
+(``PostgresBackend.within``: approving a proposal writes the file and the decision together). A
+file carries a ``version`` for optimistic concurrency: pass ``if_version`` and a write that
+lost a race is refused with :class:`VersionConflict` instead of silently overwriting
+(``if_version=0``: only if the file does not exist yet). No write makes a file larger than
+``HANGO_MAX_FILE_BYTES`` (:class:`FileTooLarge`, checked before the content is built) or stores
+what is not text (:class:`InvalidText`: U+0000, a lone surrogate), and the database refuses one
+that would take the tenant over its quota (:class:`QuotaExceeded`) or give a file and a
+directory one name (:class:`PathConflict`). Every door writes through here: the files API, the
+agent's tools, approve; no other code inserts or updates ``agent_files``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
@@ -30,14 +30,12 @@ from hango.errors import (
     QuotaExceeded,
     VersionConflict,
 )
+from hango.fs.files import Namespace
 from hango.fs.path import clean
-
-if TYPE_CHECKING:
-    from hango.fs.backend import PostgresBackend
 
 
 @contextmanager
-def writing(backend: PostgresBackend) -> Iterator[psycopg.Connection[Any]]:
+def writing(backend: Namespace) -> Iterator[psycopg.Connection[Any]]:
     """A write transaction: the tenant's quotas set for the database to enforce, and the
     database's refusals (quota, file-or-directory) turned into hango's exceptions."""
     try:
@@ -76,7 +74,7 @@ def text_bytes(path: str, content: str) -> bytes:
                           "written") from None
 
 
-def write(backend: PostgresBackend, path: str, content: str, if_version: int | None = None) -> int:
+def write(backend: Namespace, path: str, content: str, if_version: int | None = None) -> int:
     """Create or replace a file; return its new version."""
     path = clean(path)
     cap = backend.max_file_bytes
@@ -85,7 +83,7 @@ def write(backend: PostgresBackend, path: str, content: str, if_version: int | N
     data = text_bytes(path, content)  # at most 16 x cap bytes
     if len(data) > cap:
         raise FileTooLarge(path, len(data), cap)
-    params = {**backend._ns(), "p": path, "c": data, "s": len(data), "v": if_version}
+    params = {**backend.ns(), "p": path, "c": data, "s": len(data), "v": if_version}
     with writing(backend) as conn:
         if if_version is None:
             row = conn.execute(
@@ -119,17 +117,17 @@ def write(backend: PostgresBackend, path: str, content: str, if_version: int | N
         return int(row[0])
 
 
-def _version(backend: PostgresBackend, conn: Any, path: str) -> int | None:
+def _version(backend: Namespace, conn: Any, path: str) -> int | None:
     row = conn.execute(
         "SELECT version FROM agent_files WHERE tenant_id = %(t)s AND agent_id = %(a)s"
         " AND path = %(p)s",
-        {**backend._ns(), "p": path},
+        {**backend.ns(), "p": path},
     ).fetchone()
     return None if row is None else int(row[0])
 
 
 def edit(
-    backend: PostgresBackend, path: str, old: str, new: str, *, replace_all: bool = False,
+    backend: Namespace, path: str, old: str, new: str, *, replace_all: bool = False,
     if_version: int | None = None,
 ) -> int:
     """Replace the exact text ``old`` with ``new``; ``old`` must occur once (or ``replace_all``).
@@ -152,7 +150,7 @@ def edit(
             """SELECT CASE WHEN size <= %(cap)s OR %(shrinks)s THEN content END, version, size
                  FROM agent_files
                 WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s FOR UPDATE""",
-            {**backend._ns(), "p": path, "cap": cap, "shrinks": len(new_b) < len(old_b)},
+            {**backend.ns(), "p": path, "cap": cap, "shrinks": len(new_b) < len(old_b)},
         ).fetchone()
         if row is None:
             raise FileNotFound(path)
@@ -183,13 +181,13 @@ def edit(
                       version = version + 1, updated_at = now()
                 WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
             RETURNING version""",
-            {**backend._ns(), "p": path, "c": data, "s": len(data)},
+            {**backend.ns(), "p": path, "c": data, "s": len(data)},
         ).fetchone()
         assert new_version is not None
         return int(new_version[0])
 
 
-def delete(backend: PostgresBackend, path: str, if_version: int | None = None) -> None:
+def delete(backend: Namespace, path: str, if_version: int | None = None) -> None:
     path = clean(path)
     with backend.transaction() as conn:
         row = conn.execute(
@@ -197,7 +195,7 @@ def delete(backend: PostgresBackend, path: str, if_version: int | None = None) -
                 WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
                   AND (%(v)s::bigint IS NULL OR version = %(v)s::bigint)
             RETURNING version""",
-            {**backend._ns(), "p": path, "v": if_version},
+            {**backend.ns(), "p": path, "v": if_version},
         ).fetchone()
         if row is None:
             actual = _version(backend, conn, path)
