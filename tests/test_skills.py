@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import parity
 import pytest
+from parity import Stacks
 
 from hango.agent.frontmatter import FrontmatterError, parse
 from hango.agent.hooks import RunContext
@@ -16,6 +18,8 @@ from hango.fs.backend import PostgresBackend
 from hango.models.simulated import SimulatedModel, tool_call
 from hango.settings import load_settings
 from hango.telemetry import EVENT_SKILL_INVALID, EVENT_SKILL_TOOLS_NARROWED, Telemetry
+
+stacks = parity.both  # the parity fixture: each test on the plain and the cached stack
 
 BODY = "STEP 1: the secret instructions of this skill, which must stay out of the prompt."
 
@@ -29,12 +33,13 @@ def index_of(result) -> str:  # type: ignore[no-untyped-def]
     return str(block.text)
 
 
-def test_index_has_only_name_description_and_path(backend: PostgresBackend, db: Database) -> None:
+def test_index_has_only_name_description_and_path(backend: PostgresBackend, db: Database,
+                                                  stacks: Stacks) -> None:
     backend.write("/skills/pdf/SKILL.md", skill_md("pdf", "Extract text from PDF files."))
     backend.write("/skills/deep/nested/csv/SKILL.md", skill_md("csv", "Clean CSV files."))
     backend.write("/skills/pdf/reference.md", "REFERENCE BODY")
     model = SimulatedModel(policy=[[tool_call("read_file", {"path": "/skills/pdf/SKILL.md"})], "done"])
-    result = Agent(db, backend.tenant_id, "a1", model).run("use the pdf skill")
+    result = stacks.agent(db, backend.tenant_id, "a1", model).run("use the pdf skill")
     assert index_of(result) == "\n".join(
         [
             "## Skills",
@@ -51,17 +56,18 @@ def test_index_has_only_name_description_and_path(backend: PostgresBackend, db: 
     assert BODY in result.messages[2].tool_results[0].content
 
 
-def test_no_skill_body_in_any_request_before_read(backend: PostgresBackend, db: Database) -> None:
+def test_no_skill_body_in_any_request_before_read(backend: PostgresBackend, db: Database,
+                                                  stacks: Stacks) -> None:
     for i in range(5):
         backend.write(f"/skills/s{i}/SKILL.md", skill_md(f"s{i}", f"Skill number {i}."))
     model = SimulatedModel(policy=[[tool_call("ls", {"path": "/skills/"})], "done"])
-    result = Agent(db, backend.tenant_id, "a1", model).run("hi")
+    result = stacks.agent(db, backend.tenant_id, "a1", model).run("hi")
     assert len(result.requests) == 2
     for request in result.requests:
         assert BODY.encode() not in request.canonical()
 
 
-def test_dangerous_tool_is_never_callable(db: Database, tenant: str) -> None:
+def test_dangerous_tool_is_never_callable(db: Database, tenant: str, stacks: Stacks) -> None:
     save_agent(db, tenant, "a1", AgentConfig(tools=["read_file", "ls"]))
     fs = PostgresBackend(db, tenant, "a1")
     fs.write(
@@ -75,7 +81,7 @@ def test_dangerous_tool_is_never_callable(db: Database, tenant: str) -> None:
             "gave up",
         ]
     )
-    result = Agent(db, tenant, "a1", model).run("use ops")
+    result = stacks.agent(db, tenant, "a1", model).run("use ops")
     narrowed = [e for e in result.events if e.name == EVENT_SKILL_TOOLS_NARROWED]
     assert [e.attributes for e in narrowed] == [
         {"skill": "ops", "dropped": ["dangerous_tool"], "remaining": ["read_file"]}]
@@ -88,7 +94,8 @@ def test_dangerous_tool_is_never_callable(db: Database, tenant: str) -> None:
     assert any("dangerous_tool" in w and "dropped" in w for w in result.warnings)
 
 
-def test_a_skill_in_use_narrows_the_callable_set_until_the_run_ends(db: Database, tenant: str) -> None:
+def test_a_skill_in_use_narrows_the_callable_set_until_the_run_ends(db: Database, tenant: str,
+                                                                    stacks: Stacks) -> None:
     save_agent(db, tenant, "a1", AgentConfig(tools=["read_file", "ls", "write_file"]))
     fs = PostgresBackend(db, tenant, "a1")
     fs.write(
@@ -103,7 +110,7 @@ def test_a_skill_in_use_narrows_the_callable_set_until_the_run_ends(db: Database
             "done",
         ]
     )
-    result = Agent(db, tenant, "a1", model).run("go")
+    result = stacks.agent(db, tenant, "a1", model).run("go")
     outcomes = [r for m in result.messages for r in m.tool_results]
     assert [o.is_error for o in outcomes] == [False, False, False, True]
     assert "outside the tools of the skill(s) in use (read-only)" in outcomes[3].content
@@ -145,24 +152,25 @@ def test_last_source_wins_by_name(db: Database, tenant: str, sim_agent: Agent) -
     assert any("/skills/team/pdf/SKILL.md overrides /skills/base/pdf/SKILL.md" in w for w in result.warnings)
 
 
-def test_count_cap_names_what_was_left_out(backend: PostgresBackend, db: Database) -> None:
+def test_count_cap_names_what_was_left_out(backend: PostgresBackend, db: Database, stacks: Stacks) -> None:
     for name in ("a", "b", "c", "d"):
         backend.write(f"/skills/{name}/SKILL.md", skill_md(name, f"Skill {name}."))
     settings = load_settings(skills_max=2)
-    result = Agent(db, backend.tenant_id, "a1", SimulatedModel(), settings=settings).run("hi")
+    result = stacks.agent(db, backend.tenant_id, "a1", SimulatedModel(), settings=settings).run("hi")
     assert result.skills_count == 2
     assert "- c —" not in index_of(result)
     assert ("/skills/ holds more than HANGO_SKILLS_MAX=2 SKILL.md files; read the first 2 by "
             "path, from /skills/a/SKILL.md to /skills/b/SKILL.md") in result.warnings
 
 
-def test_count_cap_across_sources_names_the_skills_left_out(db: Database, tenant: str) -> None:
+def test_count_cap_across_sources_names_the_skills_left_out(db: Database, tenant: str,
+                                                            stacks: Stacks) -> None:
     save_agent(db, tenant, "a1", AgentConfig(skills=["/skills/one/", "/skills/two/"]))
     fs = PostgresBackend(db, tenant, "a1")
     for source, name in (("one", "a"), ("one", "d"), ("two", "b"), ("two", "c")):
         fs.write(f"/skills/{source}/{name}/SKILL.md", skill_md(name, f"Skill {name}."))
     settings = load_settings(skills_max=2)
-    result = Agent(db, tenant, "a1", SimulatedModel(), settings=settings).run("hi")
+    result = stacks.agent(db, tenant, "a1", SimulatedModel(), settings=settings).run("hi")
     assert result.skills_count == 2
     assert "2 skill(s) over HANGO_SKILLS_MAX=2 left out: c, d" in result.warnings
 
@@ -183,20 +191,20 @@ def test_descriptions_cannot_break_out_of_their_line() -> None:
     )
 
 
-def test_tenant_b_cannot_list_tenant_a_skills(db: Database, tenant: str) -> None:
+def test_tenant_b_cannot_list_tenant_a_skills(db: Database, tenant: str, stacks: Stacks) -> None:
     from hango.agents import create_tenant
 
     save_agent(db, tenant, "a1")
     PostgresBackend(db, tenant, "a1").write("/skills/a/SKILL.md", skill_md("a", "Tenant A."))
     other = create_tenant(db, tenant + "-b")
     save_agent(db, other, "a1")
-    result = Agent(db, other, "a1", SimulatedModel()).run("hi")
+    result = stacks.agent(db, other, "a1", SimulatedModel()).run("hi")
     assert result.skills_count == 0
     assert b"Tenant A." not in result.requests[0].canonical()
     assert PostgresBackend(db, other, "a1").glob("/skills/**") == []
 
 
-def test_the_scan_itself_is_bounded_by_the_cap(backend: PostgresBackend) -> None:
+def test_the_scan_itself_is_bounded_by_the_cap(backend: PostgresBackend, stacks: Stacks) -> None:
     from hango.agent.frontmatter import HEAD_BYTES
     from hango.agent.hooks import RunContext
     from hango.agent.skills import SkillsMiddleware
@@ -208,7 +216,7 @@ def test_the_scan_itself_is_bounded_by_the_cap(backend: PostgresBackend) -> None
     reader = PostgresBackend(backend.db, backend.tenant_id, "a1")
     ctx = RunContext(backend.tenant_id, "a1", AgentConfig(), reader, "r", frozenset(),
                      Telemetry())
-    SkillsMiddleware(["/skills/"], max_skills=2).before_run(ctx)
+    stacks.before_run(ctx, SkillsMiddleware(["/skills/"], max_skills=2))
     assert ctx.attributes["hango.skills.count"] == 2
     assert reader.bytes_read <= 3 * HEAD_BYTES  # the cap + 1 heads, never a body, never all six
     assert any("more than HANGO_SKILLS_MAX=2" in w and "/skills/s0/SKILL.md" in w
@@ -219,11 +227,11 @@ def test_the_scan_itself_is_bounded_by_the_cap(backend: PostgresBackend) -> None
 
 
 def test_index_budget_leaves_out_skills_in_name_order_with_one_warning(
-        backend: PostgresBackend, db: Database) -> None:
+        backend: PostgresBackend, db: Database, stacks: Stacks) -> None:
     """100 descriptions of 1,024 characters were ~100 KB in every request; now at most the budget."""
     for i in range(100):
         backend.write(f"/skills/s{i:03d}/SKILL.md", skill_md(f"s{i:03d}", f"{i:03d} " + "d" * 1020))
-    results = [Agent(db, backend.tenant_id, "a1", SimulatedModel()).run("hi") for _ in range(2)]
+    results = [stacks.agent(db, backend.tenant_id, "a1", SimulatedModel()).run("hi") for _ in range(2)]
     index = index_of(results[0])
     assert len(index.encode()) <= 16 * 1024  # the default HANGO_SKILLS_INDEX_MAX_BYTES
     kept = [line.split(" — ")[0].removeprefix("- ") for line in index.split("\n")[1:-1]]
@@ -236,11 +244,12 @@ def test_index_budget_leaves_out_skills_in_name_order_with_one_warning(
     assert index_of(results[1]) == index  # the same skills every run
 
 
-def test_index_budget_counts_the_rendered_bytes(backend: PostgresBackend, db: Database) -> None:
+def test_index_budget_counts_the_rendered_bytes(backend: PostgresBackend, db: Database,
+                                                stacks: Stacks) -> None:
     for name in ("a", "b", "c"):
         backend.write(f"/skills/{name}/SKILL.md", skill_md(name, "é" * 400))  # 800 bytes each
     settings = load_settings(skills_index_max_bytes=2048)
-    result = Agent(db, backend.tenant_id, "a1", SimulatedModel(), settings=settings).run("hi")
+    result = stacks.agent(db, backend.tenant_id, "a1", SimulatedModel(), settings=settings).run("hi")
     index = index_of(result)
     assert len(index.encode()) <= 2048 < len(index.encode()) + 820
     assert "- b —" in index and "- c —" not in index
@@ -266,7 +275,7 @@ CORPUS = Path(__file__).resolve().parent / "data" / "skills-corpus" / "files"
 
 
 def test_the_corpus_indexes_as_before_and_only_its_one_mismatch_warns(db: Database,
-                                                                      tenant: str) -> None:
+                                                                      tenant: str, stacks: Stacks) -> None:
     save_agent(db, tenant, "a1")
     fs = PostgresBackend(db, tenant, "a1")
     names = set()
@@ -278,7 +287,7 @@ def test_the_corpus_indexes_as_before_and_only_its_one_mismatch_warns(db: Databa
         fs.write(f"/skills/{file.relative_to(CORPUS)}", file.read_bytes().decode("utf-8"))
     stack = SkillsMiddleware(index_max_bytes=1024 * 1024)  # the whole corpus, budget aside
     ctx = RunContext(tenant, "a1", AgentConfig(), fs, "r", frozenset(), Telemetry())
-    stack.before_run(ctx)
+    stacks.before_run(ctx, stack)
     assert {s.name for s in ctx.state(stack.key).skills} == names  # every valid file's name
     assert [w for w in ctx.warnings if "differs from its folder" in w] == [
         "skill /skills/anthropics__skills/template/SKILL.md: name 'template-skill' differs from "
@@ -288,13 +297,13 @@ def test_the_corpus_indexes_as_before_and_only_its_one_mismatch_warns(db: Databa
 
 @pytest.mark.parametrize("declared", ["allowed-tools: write_file\n", "allowed-tools: []\n"])
 def test_a_skill_that_narrows_to_nothing_says_the_agent_can_call_no_tool(
-        db: Database, tenant: str, declared: str) -> None:
+        db: Database, tenant: str, declared: str, stacks: Stacks) -> None:
     save_agent(db, tenant, "a1", AgentConfig(tools=["read_file", "ls"]))
     fs = PostgresBackend(db, tenant, "a1")
     fs.write("/skills/frozen/SKILL.md", skill_md("frozen", "Stops everything.", declared))
     model = SimulatedModel(policy=[[tool_call("read_file", {"path": "/skills/frozen/SKILL.md"})],
                                    [tool_call("ls", {"path": "/"})], "stuck"])
-    result = Agent(db, tenant, "a1", model).run("go")
+    result = stacks.agent(db, tenant, "a1", model).run("go")
     (warning,) = [w for w in result.warnings if "skill 'frozen'" in w]
     assert warning.endswith("; after reading it the agent can call no tool for the rest of the run")
     (event,) = [e for e in result.events if e.name == EVENT_SKILL_TOOLS_NARROWED]
