@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hango.agents import AgentConfig, save_agent
 from hango.fs.backend import PostgresBackend
@@ -13,7 +13,18 @@ from hango.models.base import Request
 
 if TYPE_CHECKING:
     from hango.agent.runtime import RunResult
-    from hango.notebook import Course
+    from hango.db import Database
+
+
+class Course(Protocol):
+    """What a check needs of the notebooks' ``hango.notebook.Course`` (this module, which the
+    notebook helper's progress imports, does not import it back)."""
+
+    db: Database
+    tenant: str
+    learner: str
+
+    def backend(self, agent_id: str | None = None) -> PostgresBackend: ...
 
 
 class NotYet(Exception):

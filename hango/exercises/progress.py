@@ -13,11 +13,10 @@ import getpass
 import re
 from typing import TYPE_CHECKING
 
-from hango.exercises._core import EXERCISES, NOTEBOOKS
+from hango.exercises._core import EXERCISES, NOTEBOOKS, Course
 
 if TYPE_CHECKING:
     from hango.db import Database
-    from hango.notebook import Course
 
 LEARNER_PATTERN = r"^[A-Za-z0-9._@-]{1,64}$"
 
