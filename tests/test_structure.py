@@ -184,3 +184,66 @@ def test_only_the_write_path_inserts_or_updates_agent_files() -> None:
     outside = [_name(p) for p in sources if p != PACKAGE / "fs" / "writes.py"
                and WRITES_AGENT_FILES.search(p.read_text(encoding="utf-8"))]
     assert outside == []
+
+
+def _python(code: str) -> list[str]:
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_a_middleware_imports_no_opentelemetry_no_driver_and_no_server() -> None:
+    """``import hango.agent.memory`` loads the lesson and the names of the telemetry catalogue:
+    no OpenTelemetry (API or SDK), no database driver, no settings machinery, no web server. A
+    run needs more (the runtime, the database, the simulator), but still no SDK and no server."""
+    heavy = ("opentelemetry", "psycopg", "pydantic", "pydantic_settings", "fastapi", "uvicorn")
+    code = ("import sys, hango.agent.memory, hango.agent.skills\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))\n"
+            "import hango.agent.runtime, hango.db, hango.models.simulated\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', "
+            "'fastapi', 'uvicorn', 'hango.perf', 'hango.api'))))\n")
+    assert _python(code) == ["[]", "[]"]
+
+
+BLOCK_PERF = """
+import importlib.abc, sys
+class Deleted(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "hango.perf" or name.startswith("hango.perf."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Deleted())
+"""
+
+
+def test_without_the_speed_layer_every_lesson_module_and_a_run_still_work(tenant: str) -> None:
+    """hango/perf deleted (here: made unimportable): the lesson imports, and a plain run reads
+    memory and skills and answers, only slower."""
+    modules = [f"hango.{name[:-3].replace('/', '.')}" for name in LESSON]
+    code = BLOCK_PERF + f"""
+import importlib
+for name in {modules!r}:
+    importlib.import_module(name)
+from hango.agent.runtime import Agent
+from hango.agents import AgentConfig, save_agent
+from hango.db import Database
+from hango.fs.backend import PostgresBackend
+from hango.models.simulated import SimulatedModel
+from hango.settings import get_settings
+db = Database(get_settings())
+save_agent(db, {tenant!r}, "a1", AgentConfig())
+fs = PostgresBackend(db, {tenant!r}, "a1")
+fs.write("/memories/AGENTS.md", "Answer in French.")
+fs.write("/skills/pdf/SKILL.md", "---\\nname: pdf\\ndescription: Read PDFs.\\n---\\nbody\\n")
+result = Agent(db, {tenant!r}, "a1", SimulatedModel()).run("hi")
+system = "".join(b.text for b in result.requests[0].system)
+print(result.status, "Answer in French." in system, "- pdf — Read PDFs." in system)
+print(any(m.startswith("hango.perf") for m in sys.modules))
+try:
+    import hango.perf
+except ModuleNotFoundError:
+    print("no hango.perf")
+db.close()
+"""
+    assert _python(code) == ["done True True", "False", "no hango.perf"]

@@ -41,14 +41,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
 SCOPE = "hango"
-try:
-    SCOPE_VERSION: str | None = version("hango")
-except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-    SCOPE_VERSION = None
 
 # --- spans and events ----------------------------------------------------------------------------
 SPAN_RUN = "agent.run"
