@@ -19,6 +19,8 @@ import pytest
 os.environ.setdefault("HANGO_DATABASE_NAME", "hango_test")
 os.environ.setdefault("HANGO_LEARNER", "pytest")  # whose exercise passes the tests record
 
+from parity import PLAIN, Stacks
+
 from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, create_tenant, save_agent
 from hango.api.app import create_app, serve_in_thread
@@ -26,7 +28,6 @@ from hango.db import Database
 from hango.fs.backend import PostgresBackend
 from hango.models.simulated import SimulatedModel
 from hango.settings import get_settings
-from parity import PLAIN, Stacks
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 
 from hango.agent.hooks import Reader, RunContext
-from hango.agent.runtime import Agent
+from hango.agent.runtime import Agent, RunResult
 from hango.agent.stack import Stack, default_stack
+from hango.db import Database
 from hango.fs.backend import PostgresBackend
+from hango.models.simulated import SimulatedModel
 from hango.perf import CachedStack, trace_of
 from hango.telemetry import Telemetry
 
@@ -87,6 +89,20 @@ class Stacks:
     def before_run(self, ctx: RunContext, *middlewares: Any) -> None:
         """The chain of ``middlewares`` starting a run, as ``Agent.run`` does it."""
         self.make(middlewares).before_run(ctx)
+
+    def run_with(self, db: Database, tenant: str, mw: Any, script: list[Any] | None = None,
+                 tel: Telemetry | None = None) -> RunResult:
+        """One run of agent a1 with ``mw`` in place of the default stack's middleware of its
+        name."""
+        stack = lambda a: Stack([m if m.name != mw.name else mw  # noqa: E731
+                                 for m in default_stack(a).middlewares])
+        return self.agent(db, tenant, "a1", SimulatedModel(policy=script), telemetry=tel,
+                          stack=stack).run("hi")
+
+
+def hango_attributes(span: Any) -> dict[str, Any]:
+    """A span's attributes without the Langfuse mirrors every span of a run carries."""
+    return {k: v for k, v in (span.attributes or {}).items() if not k.startswith("langfuse.")}
 
 
 PLAIN = Stacks("plain", Stack)

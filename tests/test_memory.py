@@ -5,16 +5,19 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import parity
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from parity import Stacks
+from parity import Stacks, hango_attributes
 
+from hango.agent.hooks import RunContext
 from hango.agent.memory import (
     DEFAULT_IGNORABLE,
     LEFT_OUT_MARKER,
+    TRUNCATION_MARKER,
     MemoryMiddleware,
     frame,
     frame_safe,
@@ -28,7 +31,7 @@ from hango.db import Database
 from hango.fs.backend import PostgresBackend
 from hango.models.simulated import SimulatedModel
 from hango.settings import load_settings
-from hango.telemetry import EVENT_MEMORY_MISSING
+from hango.telemetry import EVENT_MEMORY_MISSING, Telemetry
 
 stacks = parity.both  # the parity fixture: each test on the plain and the cached stack
 
@@ -127,7 +130,6 @@ def test_the_cap_is_applied_in_sql(db: Database, tenant: str, stacks: Stacks) ->
     reader = PostgresBackend(db, tenant, "a1")
     agent = stacks.agent(db, tenant, "a1", SimulatedModel(), stack=lambda a: Stack([PromptCache(), mw]))
     # run with a backend whose transfer we can count
-    from hango.agent.hooks import RunContext
     from hango.telemetry import Telemetry
 
     ctx = RunContext(tenant, "a1", AgentConfig(), reader, "r", frozenset(), Telemetry())
@@ -158,7 +160,7 @@ def test_memory_middleware_has_exactly_two_hooks() -> None:
 
 def test_memory_state_is_private_to_the_middleware(backend: PostgresBackend, db: Database,
                                                    stacks: Stacks) -> None:
-    from hango.agent.hooks import RunContext, StateKey
+    from hango.agent.hooks import StateKey
     from hango.telemetry import Telemetry
 
     backend.write("/memories/AGENTS.md", "private")
@@ -327,3 +329,164 @@ def test_a_first_source_with_no_room_at_all_is_left_out(db: Database, tenant: st
     assert [b for b in result.requests[0].system if b.source.startswith("/memories/")] == []
     assert result.warnings == ["memory source /memories/AGENTS.md left out whole at "
                                "HANGO_MEMORY_MAX_BYTES=60: no room for any of it"]
+
+
+# --- the cut, the frame, the sources, the published figures -----------------------------------
+
+
+def test_cut_utf8_never_splits_a_character() -> None:
+    from hango.agent.memory import cut_utf8
+
+    assert cut_utf8("aé", 2) == "a"  # é is 2 bytes: a cut inside it drops it, raises nothing
+    assert cut_utf8("aé", 3) == "aé"
+    assert cut_utf8("abc", 3) == "abc"
+
+
+def test_a_path_with_an_ampersand_is_escaped_in_the_frame() -> None:
+    from hango.agent.memory import frame
+
+    assert frame("/memories/a&b.md", "x") == '<memory path="/memories/a&amp;b.md">\nx\n</memory>'
+
+
+def _memory_run(stacks: Stacks, db: Database, tenant: str, mw: Any, files: dict[str, str],
+                tel: Telemetry | None = None) -> Any:
+    from hango.fs.backend import PostgresBackend
+
+    save_agent(db, tenant, "a1", AgentConfig())
+    fs = PostgresBackend(db, tenant, "a1")
+    for path, text in files.items():
+        fs.write(path, text)
+    return stacks.run_with(db, tenant, mw, tel=tel)
+
+
+def _memory_blocks(result: Any) -> list[str]:
+    return [b.text for b in result.requests[0].system if b.source.startswith("/memories/")]
+
+
+def test_sources_given_to_the_middleware_override_the_agent_config(
+        db: Database, tenant: str, stacks: Stacks) -> None:
+    from hango.agent.memory import MemoryMiddleware
+
+    result = _memory_run(stacks, db, tenant, MemoryMiddleware(sources=["/memories/b.md"]),
+                         {"/memories/AGENTS.md": "from config", "/memories/b.md": "from mw"})
+    assert _memory_blocks(result) == ['<memory path="/memories/b.md">\nfrom mw\n</memory>']
+
+
+def test_a_source_of_exactly_the_cap_is_loaded_whole(db: Database, tenant: str, stacks: Stacks) -> None:
+    from hango.agent.memory import MemoryMiddleware
+
+    result = _memory_run(stacks, db, tenant, MemoryMiddleware(max_bytes=4), {"/memories/AGENTS.md": "abcd"})
+    assert _memory_blocks(result) == ['<memory path="/memories/AGENTS.md">\nabcd\n</memory>']
+    assert result.warnings == []
+
+
+def test_memory_load_publishes_sources_and_bytes_on_span_result_and_metrics(
+        db: Database, tenant: str, telemetry_pair: Any, stacks: Stacks) -> None:
+    from hango.agent.memory import MemoryMiddleware
+
+    tel, exporter, reader = telemetry_pair
+    result = _memory_run(stacks, db, tenant, MemoryMiddleware(), {"/memories/AGENTS.md": "abc"}, tel)
+    assert result.attributes["hango.memory.sources"] == ["/memories/AGENTS.md"]
+    assert result.attributes["hango.memory.bytes"] == 3
+    span = next(s for s in exporter.get_finished_spans() if s.name == "agent.memory_load")
+    assert hango_attributes(span) == {"hango.memory.sources": ("/memories/AGENTS.md",),
+                                           "hango.memory.bytes": 3}
+    points = {m.name: m.data.data_points for rm in reader.get_metrics_data().resource_metrics
+              for sm in rm.scope_metrics for m in sm.metrics}
+    (duration,) = points["hango.memory.load.duration"]
+    assert dict(duration.attributes) == {"hango.memory.source_count": 1}
+    assert duration.count == 1 and 0 <= duration.sum < 60  # a duration, not a negative time
+    (nbytes,) = points["hango.memory.bytes"]
+    assert (nbytes.sum, dict(nbytes.attributes)) == (3, {"hango.memory.source_count": 1})
+
+
+
+# --- the cap's words, to the byte -------------------------------------------------------------
+
+
+def _mem_run(stacks: Stacks, db: Database, tenant: str, mw: MemoryMiddleware, files: dict[str, str],
+             memory: list[str] | None = None) -> Any:
+    save_agent(db, tenant, "a1", AgentConfig(memory=memory))
+    fs = PostgresBackend(db, tenant, "a1")
+    for path, text in files.items():
+        fs.write(path, text)
+    return stacks.run_with(db, tenant, mw)
+
+
+def _mem_blocks(result: Any) -> list[str]:
+    return [b.text for b in result.requests[0].system if b.source.startswith("/memories/")]
+
+
+def test_the_default_memory_cap_is_64_kib(db: Database, tenant: str, stacks: Stacks) -> None:
+    result = _mem_run(stacks, db, tenant, MemoryMiddleware(), {"/memories/AGENTS.md": "a" * 65537})
+    assert result.warnings == [
+        "memory source /memories/AGENTS.md truncated at HANGO_MEMORY_MAX_BYTES=65536"]
+    assert result.attributes["hango.memory.bytes"] <= 65536
+
+
+def test_one_source_truncated_says_so_and_names_no_other(db: Database, tenant: str, stacks: Stacks) -> None:
+    result = _mem_run(stacks, db, tenant, MemoryMiddleware(max_bytes=200),
+                      {"/memories/AGENTS.md": "a" * 300})
+    marker = TRUNCATION_MARKER.format(path="/memories/AGENTS.md", size=300, cap=200, left_out="")
+    assert marker == ("\n[... truncated: /memories/AGENTS.md is 300 bytes; "
+                      "HANGO_MEMORY_MAX_BYTES=200]")
+    assert _mem_blocks(result) == [
+        f'<memory path="/memories/AGENTS.md">\n{"a" * (200 - len(marker))}{marker}\n</memory>']
+    assert result.warnings == [
+        "memory source /memories/AGENTS.md truncated at HANGO_MEMORY_MAX_BYTES=200"]
+
+
+def test_a_truncated_source_names_every_source_left_out_after_it(db: Database, tenant: str,
+                                                                 stacks: Stacks) -> None:
+    paths = ["/memories/AGENTS.md", "/memories/b.md", "/memories/c.md"]
+    result = _mem_run(stacks, db, tenant, MemoryMiddleware(max_bytes=300),
+                      {"/memories/AGENTS.md": "a" * 400, "/memories/b.md": "b",
+                       "/memories/c.md": "c"}, memory=paths)
+    assert result.warnings == [
+        "memory source /memories/AGENTS.md truncated at HANGO_MEMORY_MAX_BYTES=300; "
+        "left out: /memories/b.md, /memories/c.md"]
+    (text,) = _mem_blocks(result)
+    assert text.endswith("[... truncated: /memories/AGENTS.md is 400 bytes; "
+                         "HANGO_MEMORY_MAX_BYTES=300; left out: /memories/b.md, /memories/c.md]"
+                         "\n</memory>")
+
+
+def test_a_first_source_left_out_with_room_for_the_notice_is_no_block(
+        db: Database, tenant: str, stacks: Stacks) -> None:
+    """Nothing loaded before it: the notice has no block to end, and the warning says it all."""
+    notice = LEFT_OUT_MARKER.format(paths="/memories/AGENTS.md", cap=70)
+    marker = TRUNCATION_MARKER.format(path="/memories/AGENTS.md", size=200, cap=70, left_out="")
+    assert len(notice) <= 70 < len(marker)
+    result = _mem_run(stacks, db, tenant, MemoryMiddleware(max_bytes=70), {"/memories/AGENTS.md": "a" * 200})
+    assert result.status == "done" and _mem_blocks(result) == []
+    assert result.warnings == ["memory source /memories/AGENTS.md left out whole at "
+                               "HANGO_MEMORY_MAX_BYTES=70: no room for any of it"]
+
+
+def test_the_left_out_notice_fits_to_the_byte(db: Database, tenant: str, stacks: Stacks) -> None:
+    paths = ["/memories/AGENTS.md", "/memories/b.md"]
+    notice = LEFT_OUT_MARKER.format(paths="/memories/b.md", cap=1000)
+    cap = 1000 - len(notice)  # 4 digits either way: the notice is the same length at this cap
+    notice = LEFT_OUT_MARKER.format(paths="/memories/b.md", cap=cap)
+    first = "a" * (cap - len(notice))  # leaves exactly the notice's bytes, too few for b
+    result = _mem_run(stacks, db, tenant, MemoryMiddleware(max_bytes=cap),
+                      {"/memories/AGENTS.md": first, "/memories/b.md": "b" * 2000}, memory=paths)
+    assert _mem_blocks(result) == [f'<memory path="/memories/AGENTS.md">\n{first}{notice}\n</memory>']
+    assert result.attributes["hango.memory.bytes"] == cap
+
+
+def test_the_default_memory_source_is_agents_md(db: Database, tenant: str, stacks: Stacks) -> None:
+    result = _mem_run(stacks, db, tenant, MemoryMiddleware(), {"/memories/AGENTS.md": "hello"})
+    assert _mem_blocks(result) == ['<memory path="/memories/AGENTS.md">\nhello\n</memory>']
+
+
+@pytest.mark.parametrize("replayed", [False, True])
+def test_a_replayed_memory_load_is_the_load(db: Database, tenant: str, replayed: bool,
+                                            stacks: Stacks) -> None:
+    files = {"/memories/AGENTS.md": "a" * 300}
+    first = _mem_run(stacks, db, tenant, MemoryMiddleware(max_bytes=200), files,
+                     memory=["/memories/AGENTS.md", "/memories/gone.md"])
+    second = stacks.run_with(db, tenant, MemoryMiddleware(max_bytes=200)) if replayed else first
+    assert _mem_blocks(second) == _mem_blocks(first) and len(_mem_blocks(first)) == 1
+    assert second.warnings == first.warnings and len(first.warnings) == 2
+    assert second.attributes["hango.memory.sources"] == ["/memories/AGENTS.md"]

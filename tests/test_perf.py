@@ -17,21 +17,23 @@ import json
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from parity import Stacks
+from test_skills import block, skill_file, skills_span
 
 from hango import perf
 from hango.agent.frontmatter import FENCES, HEAD_BYTES
 from hango.agent.hooks import RunContext
 from hango.agent.memory import MemoryMiddleware
-from hango.agent.skills import SkillsMiddleware
+from hango.agent.skills import INDEX_FOOTER, INDEX_HEADER, SkillsMiddleware
 from hango.agent.stack import Stack
 from hango.agent.tools import FILESYSTEM_TOOLS
 from hango.agents import AgentConfig, create_tenant, create_token, load_agent, save_agent
@@ -39,8 +41,10 @@ from hango.db import Database
 from hango.fs.backend import FileNotFound, PostgresBackend
 from hango.perf import cache, gated
 from hango.perf.stack import CachedStack
-from hango.telemetry import Telemetry
+from hango.telemetry import EVENT_SKILL_TOOLS_NARROWED, Telemetry
 
+# The speed layer alone (not the parity stack, which runs every before_run twice)
+run_with = Stacks("cached", CachedStack).run_with
 PATHS = ["/memories/AGENTS.md", "/memories/team.md", "/skills/a/SKILL.md", "/skills/b/SKILL.md",
          "/skills/team/c/SKILL.md", "/notes/n.md"]
 CHILD = r"""
@@ -311,3 +315,57 @@ def test_the_head_cut_at_write_time_is_the_cut_heads_makes(backend: PostgresBack
     ctx = RunContext(backend.tenant_id, "a1", AgentConfig(), backend, "r", frozenset(),
                      Telemetry())
     assert gated.is_skill_head(SkillsMiddleware().reads(ctx)[0])
+
+
+# --- the parse memo, seen on the skills span --------------------------------------------------
+
+
+def test_the_span_says_how_many_heads_a_run_parsed(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    """A changed skill costs one parse; nothing changed costs none (the index is replayed)."""
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig(memory=[]))
+    fs = PostgresBackend(db, tenant, "a1")
+    fs.write("/skills/a/SKILL.md", skill_file("a", "First."))
+    fs.write("/skills/b/SKILL.md", skill_file("b", "Second."))
+    fs.write("/skills/bad/SKILL.md", "---\nname: [unclosed\n---\n")
+    fs.write("/skills/c/SKILL.md", skill_file("c", "Third."))
+    first = run_with(db, tenant, SkillsMiddleware(), tel=tel)
+    assert skills_span(exporter, parsed=True) == {"hango.skills.count": 3, "hango.skills.invalid": 1,
+                                     "hango.skills.parsed": 4}
+    again = run_with(db, tenant, SkillsMiddleware(), tel=tel)  # nothing written: replayed
+    assert skills_span(exporter, parsed=True) == {"hango.skills.count": 3, "hango.skills.invalid": 1,
+                                     "hango.skills.parsed": 0}
+    assert block(again, "skills") == block(first, "skills")
+    assert again.warnings == first.warnings and len(first.warnings) == 1
+    fs.write("/skills/b/SKILL.md", skill_file("b", "Second, edited."))  # one head changed
+    edited = run_with(db, tenant, SkillsMiddleware(), tel=tel)
+    assert skills_span(exporter, parsed=True) == {"hango.skills.count": 3, "hango.skills.invalid": 1,
+                                     "hango.skills.parsed": 1}
+    assert block(edited, "skills") == "\n".join([
+        INDEX_HEADER, "- a — First. (/skills/a/SKILL.md)",
+        "- b — Second, edited. (/skills/b/SKILL.md)", "- c — Third. (/skills/c/SKILL.md)",
+        INDEX_FOOTER])
+    assert edited.warnings == first.warnings  # the invalid one, from the memo, still warns
+    fs.write("/notes/x.md", "not a skill")  # no change under /skills/: still replayed
+    run_with(db, tenant, SkillsMiddleware(), tel=tel)
+    assert skills_span(exporter, parsed=True)["hango.skills.parsed"] == 0
+
+
+def test_an_allowlist_change_rebuilds_the_index_from_the_memo(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    """What a skill may call depends on the agent's tools: a new allowlist is never served the
+    old result, yet the unchanged heads are not parsed again."""
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig(memory=[], tools=["read_file", "ls"]))
+    PostgresBackend(db, tenant, "a1").write(
+        "/skills/x/SKILL.md", skill_file("x", extra="allowed-tools: ls glob\n"))
+    narrowed = run_with(db, tenant, SkillsMiddleware(), tel=tel)
+    assert [e.attributes["dropped"] for e in narrowed.events
+            if e.name == EVENT_SKILL_TOOLS_NARROWED] == [["glob"]]
+    assert skills_span(exporter, parsed=True)["hango.skills.parsed"] == 1
+    save_agent(db, tenant, "a1", AgentConfig(memory=[], tools=["read_file", "ls", "glob"]))
+    widened = run_with(db, tenant, SkillsMiddleware(), tel=tel)
+    assert [e for e in widened.events if e.name == EVENT_SKILL_TOOLS_NARROWED] == []
+    assert widened.warnings == []
+    assert skills_span(exporter, parsed=True)["hango.skills.parsed"] == 0

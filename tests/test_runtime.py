@@ -3,17 +3,25 @@ and where the stack puts the cache breakpoint."""
 
 from __future__ import annotations
 
+import logging
+import re
+import uuid
 from typing import Any
 
 import pytest
+from opentelemetry import trace
+from test_proposals import MEMORY, do, write  # the same scripted model
 
+from hango.agent import runs
 from hango.agent.runtime import Agent, default_stack
-from hango.agent.stack import SLOTS, DefaultStack
-from hango.agents import AgentConfig, save_agent
+from hango.agent.stack import SLOTS, DefaultStack, Stack
+from hango.agents import AgentConfig, create_tenant, save_agent
 from hango.db import Database
 from hango.fs.backend import FileNotFound, PostgresBackend
-from hango.models.base import Request
-from hango.models.simulated import SimulatedModel, tool_call
+from hango.models.base import Block, Message, Request, Response, ToolCall, ToolResult
+from hango.models.simulated import Reply, SimulatedModel, tool_call
+from hango.settings import load_settings
+from hango.telemetry import Telemetry
 
 
 def test_default_stack_slots_are_pinned(db: Database, tenant: str, sim_agent: Agent) -> None:
@@ -249,8 +257,7 @@ def test_a_subagent_run_stays_in_its_parents_trace_and_session(db: Database, ten
 
 def test_a_resumed_run_joins_its_run_in_the_viewers(db: Database, tenant: str,
                                                     telemetry_pair: Any) -> None:
-    from test_mutation_kills_resume import approve, ask_agent
-    from test_proposals import MEMORY, do, write
+    from test_resuming import approve, ask_agent
 
     tel, exporter, _ = telemetry_pair
     agent = ask_agent(db, tenant, telemetry=tel)
@@ -266,3 +273,269 @@ def test_a_resumed_run_joins_its_run_in_the_viewers(db: Database, tenant: str,
     assert roots[1].attributes["langfuse.observation.metadata.run_resumed"] == (
         f"run_id={first.run_id}",)
     assert second.run_id == first.run_id
+
+
+# --- the run's spans and log line -------------------------------------------------------------
+
+
+def hango_attributes(span: Any) -> dict[str, Any]:
+    """A span's attributes without the Langfuse mirrors every span of a run carries."""
+    return {k: v for k, v in (span.attributes or {}).items() if not k.startswith("langfuse.")}
+
+
+def _run(db: Database, tenant: str, tel: Telemetry, script: list[Any]) -> Any:
+    save_agent(db, tenant, "a1", AgentConfig())
+    return Agent(db, tenant, "a1", SimulatedModel(policy=script), telemetry=tel).run("hi")
+
+
+def test_the_run_span_names_agent_tenant_run_and_status(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    """A trace backend finds a run by agent, tenant and run id, and sees how it ended."""
+    tel, exporter, _ = telemetry_pair
+    result = _run(db, tenant, tel, ["done"])
+    spans = exporter.get_finished_spans()
+    root = next(s for s in spans if s.parent is None)
+    assert root.name == "agent.run"
+    attrs = dict(root.attributes or {})
+    assert {k: attrs.get(k) for k in ("gen_ai.agent.name", "hango.tenant.id", "hango.run.id",
+                                      "hango.run.status")} == {
+        "gen_ai.agent.name": "a1", "hango.tenant.id": tenant, "hango.run.id": result.run_id,
+        "hango.run.status": "done"}
+    before = next(s for s in spans if s.name == "agent.before_run")
+    assert before.parent is not None and before.parent.span_id == root.context.span_id
+    # The result carries the trace id a user pastes into the trace backend.
+    assert result.trace_id == trace.format_trace_id(root.context.trace_id)
+    assert re.fullmatch(r"[0-9a-f]{32}", result.trace_id)
+
+
+def test_a_failed_run_says_failed_on_its_span(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig(max_steps=1))
+    result = Agent(db, tenant, "a1", SimulatedModel(policy=[
+        [tool_call("ls", {"path": "/"})], "never reached"]), telemetry=tel).run("hi")
+    root = next(s for s in exporter.get_finished_spans() if s.name == "agent.run")
+    assert result.status == "failed"
+    assert (root.attributes or {})["hango.run.status"] == "failed"
+
+
+def test_without_a_tracer_the_trace_id_is_empty(db: Database, tenant: str) -> None:
+    """No tracing configured: no made-up all-zero trace id on the result."""
+    result = _run(db, tenant, Telemetry(trace.NoOpTracerProvider()), ["done"])
+    assert result.trace_id == ""
+
+
+def test_the_run_log_line_names_agent_and_run(
+        db: Database, tenant: str, telemetry_pair: Any, caplog: pytest.LogCaptureFixture) -> None:
+    tel, _, _ = telemetry_pair
+    caplog.set_level(logging.INFO, logger="hango")
+    result = _run(db, tenant, tel, ["done"])
+    lines = [r for r in caplog.records if r.getMessage().startswith("hango run ")]
+    assert len(lines) == 1
+    assert lines[0].getMessage().startswith(
+        f"hango run tenant_id={tenant} agent_id=a1 run_id={result.run_id} status=done ")
+    assert (lines[0].__dict__["agent_id"], lines[0].__dict__["run_id"]) == ("a1", result.run_id)
+
+
+def test_tool_spans_say_whether_the_tool_failed(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    tel, exporter, _ = telemetry_pair
+    _run(db, tenant, tel, [[tool_call("ls", {"path": "/"})],
+                           [tool_call("read_file", {"path": "/nope.md"})],
+                           [tool_call("no_such_tool")], "done"])
+    tools = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert [(s.attributes or {})["hango.tool.error"] for s in tools] == [False, True, True]
+    root = next(s for s in exporter.get_finished_spans() if s.name == "agent.run")
+    for span in tools:  # inside the run's trace, not a trace of their own
+        assert span.context.trace_id == root.context.trace_id
+
+
+
+# --- the stack: settings, the request, the breakpoint, the wrappers ---------------------------
+
+
+def test_default_stack_hands_each_middleware_its_setting(db: Database, tenant: str) -> None:
+    from hango.agent.stack import default_stack
+    from hango.settings import load_settings
+
+    s = load_settings(proposals_max_pending=3, max_file_bytes=4096,
+                      skills_default_sources=["/skills/team"],
+                      memory_default_sources=["/memories/team.md"])
+    stack = default_stack(Agent(db, tenant, "a1", SimulatedModel(), settings=s))
+    fs, skills, memory = (stack.slots[n] for n in ("filesystem", "skills", "memory"))
+    assert (fs.max_pending, fs.max_bytes) == (3, 4096)
+    assert skills.default_sources == ["/skills/team/"]
+    assert memory.default_sources == ["/memories/team.md"]
+
+
+def test_a_request_carries_model_max_tokens_and_the_system_prompt_block(
+        db: Database, tenant: str) -> None:
+
+    save_agent(db, tenant, "a1", AgentConfig(system_prompt="Be brief."))
+    result = Agent(db, tenant, "a1", SimulatedModel()).run("hi")
+    request = result.requests[0]
+    assert (request.model, request.max_tokens) == ("hango-sim-1", 1024)
+    assert request.system[1] == Block("Be brief.", "system_prompt")  # after the cache scope
+
+
+def test_a_stack_without_prompt_cache_has_no_breakpoint(db: Database, tenant: str) -> None:
+    from hango.agent.stack import default_stack
+
+    save_agent(db, tenant, "a1", AgentConfig())
+    plain = lambda a: default_stack(a).without("prompt_cache")  # noqa: E731
+    result = Agent(db, tenant, "a1", SimulatedModel(), stack=plain).run("hi")
+    assert result.requests[0].breakpoints == ()
+    names = [m.name for m in default_stack(Agent(db, tenant, "a1", SimulatedModel()))
+             .without("skills", "memory").middlewares]
+    assert names == ["filesystem", "subagents", "prompt_cache"]
+
+
+def test_a_model_wrapper_sees_the_run_context(db: Database, tenant: str) -> None:
+    from hango.agent.stack import default_stack
+
+    seen: list[str] = []
+
+    class Spy:
+        name = "spy"
+
+        def wrap_model_call(self, ctx: Any, request: Any, call_next: Any) -> Any:
+            seen.append(ctx.agent_id)
+            return call_next(request)
+
+    save_agent(db, tenant, "a1", AgentConfig())
+    Agent(db, tenant, "a1", SimulatedModel(),
+          stack=lambda a: Stack([*default_stack(a).middlewares, Spy()])).run("hi")
+    assert seen == ["a1"]
+
+
+def test_an_allowed_tool_no_middleware_provides_is_an_error_the_model_reads(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    from hango.agent.stack import default_stack
+
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig(tools=["ls", "task"]))
+    result = Agent(db, tenant, "a1", SimulatedModel(policy=[[tool_call("task", {})], "done"]),
+                   telemetry=tel, stack=lambda a: default_stack(a).without("subagents")).run("hi")
+    (answer,) = result.messages[2].tool_results
+    assert (answer.call_id, answer.content, answer.is_error) == (
+        "call_1", "error: no tool named 'task'", True)
+    (span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert (span.attributes or {})["hango.tool.error"] is True
+
+
+
+# --- Agent.run and the config it runs with ----------------------------------------------------
+
+
+def test_the_prompt_reaches_the_model_as_a_user_message_after_the_history(
+        db: Database, tenant: str) -> None:
+    save_agent(db, tenant, "a1", AgentConfig())
+    model = SimulatedModel()
+    history = [Message("user", "earlier"), Message("assistant", "noted")]
+    Agent(db, tenant, "a1", model).run("now", history)
+    assert list(model.calls[0][0].messages) == [*history, Message("user", "now")]
+
+
+def test_only_a_recorded_run_is_kept(db: Database, tenant: str) -> None:
+    """A run in a notebook leaves no row; a run over HTTP (``record=True``) can be read back."""
+    save_agent(db, tenant, "a1", AgentConfig())
+    agent = Agent(db, tenant, "a1", SimulatedModel())
+    plain = agent.run("hi")
+    with pytest.raises(runs.RunNotFound):
+        runs.load(db, tenant, plain.run_id)
+    kept = agent.run("hi", record=True)
+    assert runs.load(db, tenant, kept.run_id)["status"] == "done"
+
+
+def test_a_given_config_is_used_instead_of_the_stored_one(db: Database, tenant: str) -> None:
+    save_agent(db, tenant, "a1", AgentConfig(system_prompt="the stored prompt"))
+    model = SimulatedModel()
+    Agent(db, tenant, "a1", model, config=AgentConfig(system_prompt="the given prompt")).run("hi")
+    system = " ".join(b.text for b in model.calls[0][0].system)
+    assert "the given prompt" in system and "the stored prompt" not in system
+
+
+def test_a_missing_agent_is_named_with_its_tenant(db: Database, tenant: str) -> None:
+    with pytest.raises(LookupError) as caught:
+        Agent(db, tenant, "nope", SimulatedModel()).run("hi")
+    assert str(caught.value) == f"no agent 'nope' in tenant {tenant!r}"
+
+
+
+# --- the loop's bounds and what it sends back -------------------------------------------------
+
+
+def _tenant(db: Database, **config: Any) -> str:
+    tid = create_tenant(db, "w-" + uuid.uuid4().hex[:12])
+    save_agent(db, tid, "a1", AgentConfig(**config))
+    return tid
+
+
+def _write(path: str, content: str = "x") -> ToolCall:
+    return tool_call("write_file", {"path": path, "content": content})
+
+
+def test_the_time_limit_stops_a_run_with_a_warning_naming_the_setting(db: Database) -> None:
+    tid = _tenant(db)
+    agent = Agent(db, tid, "a1", SimulatedModel(), settings=load_settings(run_max_seconds=1e-9))
+    result = agent.run("hi", record=True)
+    assert (result.status, result.stop_reason, result.text, result.responses) == (
+        "failed", "time_limit", "", [])
+    assert result.warnings[-1:] == ["run stopped after HANGO_RUN_MAX_SECONDS=1e-09 s"]
+    assert runs.load(db, tid, result.run_id)["result"]["stop_reason"] == "time_limit"
+
+
+def test_the_assistant_turn_is_sent_back_with_its_text_and_calls(db: Database) -> None:
+    tid = _tenant(db)
+    agent = Agent(db, tid, "a1", SimulatedModel(policy=[
+        Reply("let me look", (tool_call("ls", {"path": "/"}),)), "done"]))
+    result = agent.run("hi")
+    assert result.requests[1].messages[1] == Message(
+        "assistant", "let me look", tool_calls=(ToolCall("call_1", "ls", {"path": "/"}),))
+
+
+def test_refused_and_failed_tool_calls_answer_their_call_ids(db: Database) -> None:
+    tid = _tenant(db, tools=["ls", "read_file"])
+    result = Agent(db, tid, "a1", SimulatedModel(policy=[
+        [tool_call("read_file", {"path": "/nope.md"}), _write("/notes/x.md")], "done"])).run("hi")
+    failed, refused = result.messages[2].tool_results
+    assert (failed.call_id, failed.is_error) == ("call_1", True)
+    assert failed.content.startswith("error: ")
+    assert refused == ToolResult(
+        "call_2", "refused: tool 'write_file' is not in this agent's allowlist", True)
+
+
+class _PlainModel:
+    """A user's own model: it answers, and leaves ``Response.model`` empty (the protocol allows)."""
+
+    name = "plain-1"
+    provider = "plain"
+
+    def complete(self, request: Request) -> Response:
+        return Response("hello")
+
+
+def test_chat_spans_name_the_provider_and_the_model_even_when_the_answer_does_not(
+        db: Database, telemetry_pair: Any) -> None:
+    tel, exporter, _ = telemetry_pair
+    tid = _tenant(db)
+    Agent(db, tid, "a1", _PlainModel(), telemetry=tel).run("hi")
+    chat = next(s for s in exporter.get_finished_spans() if s.name == "chat plain-1")
+    attrs = dict(chat.attributes or {})
+    assert (attrs["gen_ai.provider.name"], attrs["gen_ai.response.model"]) == ("plain", "plain-1")
+
+
+def test_tool_spans_name_the_tool_and_the_call(db: Database, telemetry_pair: Any) -> None:
+    tel, exporter, _ = telemetry_pair
+    tid = _tenant(db)
+    Agent(db, tid, "a1", SimulatedModel(policy=[
+        [tool_call("ls", {"path": "/"}), tool_call("read_file", {"path": "/x"})], "done"]),
+        telemetry=tel).run("hi")
+    tools = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert [(s.name, (s.attributes or {})["gen_ai.tool.name"],
+             (s.attributes or {})["gen_ai.tool.call.id"]) for s in tools] == [
+        ("execute_tool ls", "ls", "call_1"), ("execute_tool read_file", "read_file", "call_2")]
+
+
+def test_a_run_with_the_default_telemetry_still_works(db: Database) -> None:
+    assert Agent(db, _tenant(db), "a1", SimulatedModel(), telemetry=Telemetry()).run("hi").text
