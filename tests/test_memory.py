@@ -490,3 +490,36 @@ def test_a_replayed_memory_load_is_the_load(db: Database, tenant: str, replayed:
     assert _mem_blocks(second) == _mem_blocks(first) and len(_mem_blocks(first)) == 1
     assert second.warnings == first.warnings and len(first.warnings) == 2
     assert second.attributes["hango.memory.sources"] == ["/memories/AGENTS.md"]
+
+
+# --- the wiring of a real run: every span under its parent, every figure recorded ----------
+
+
+def test_a_runs_spans_nest_and_its_figures_are_recorded(
+        db: Database, tenant: str, telemetry_pair: Any, stacks: Stacks) -> None:
+    """agent.run > agent.before_run > (agent.skills_index, agent.memory_load); the chat and tool
+    spans under the run; the missing-source event on memory's span; both hooks' metrics."""
+    from hango.models.simulated import tool_call
+
+    tel, exporter, reader = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig(memory=["/memories/AGENTS.md", "/memories/gone.md"]))
+    fs = PostgresBackend(db, tenant, "a1")
+    fs.write("/memories/AGENTS.md", "note")
+    fs.write("/skills/s/SKILL.md", "---\nname: s\ndescription: A skill.\n---\n")
+    model = SimulatedModel(policy=[[tool_call("ls", {"path": "/"})], "done"])
+    assert stacks.agent(db, tenant, "a1", model, telemetry=tel).run("hi").status == "done"
+    spans = exporter.get_finished_spans()
+    by_name = {s.name: s for s in spans}
+    run, before = by_name["agent.run"], by_name["agent.before_run"]
+    parent = {s.name: s.parent.span_id if s.parent else None for s in spans}
+    assert parent["agent.before_run"] == run.context.span_id
+    assert parent["agent.skills_index"] == parent["agent.memory_load"] == before.context.span_id
+    assert {parent[s.name] for s in spans if s.name.startswith(("chat", "execute_tool"))} == {
+        run.context.span_id}
+    assert [e.name for e in by_name["agent.memory_load"].events] == ["agent.memory_missing"]
+    assert len({s.context.trace_id for s in spans}) == 1
+    points = {m.name: m.data.data_points for rm in reader.get_metrics_data().resource_metrics
+              for sm in rm.scope_metrics for m in sm.metrics}
+    assert [p.value for p in points["hango.skills.indexed"]] == [1]
+    assert [p.value for p in points["hango.skills.invalid"]] == [0]
+    assert [p.count for p in points["hango.memory.load.duration"]] == [1]

@@ -138,17 +138,10 @@ class SkillsMiddleware:
     def build(self, ctx: RunContext, rows: Sequence[list[FileData]]) -> None:
         """The index: every valid skill by name, later sources first, within both caps."""
         ((scan,), (heads,)), state = (self.reads(ctx), rows), ctx.state(self.key)
-        sources = scan.directories
-        for source in sources:
-            under = [h.path for h in heads if h.path.startswith(source)]
-            if len(under) > self.max_skills:
-                ctx.warn(f"{source} holds more than HANGO_SKILLS_MAX={self.max_skills} "
-                         f"SKILL.md files; read the first {self.max_skills} by path, "
-                         f"from {under[0]} to {under[self.max_skills - 1]}")
-                heads = [h for h in heads if h.path != under[self.max_skills]]
+        heads = self._within_scan(ctx, scan.directories, heads)
         by_name: dict[str, Skill] = {}
         parsed: dict[str, Skill | None] = {}
-        for source in sources:
+        for source in scan.directories:
             for head in (h for h in heads if h.path.startswith(source)):
                 if head.path not in parsed:
                     parsed[head.path] = self._skill(ctx, head.path, self.parse(head.content))
@@ -159,7 +152,30 @@ class SkillsMiddleware:
                 if earlier is not None and earlier.path != skill.path:
                     ctx.warn(f"skill {skill.name!r}: {skill.path} overrides {earlier.path}")
                 by_name[skill.name] = skill  # later sources override earlier ones
-        ordered = sorted(by_name.values(), key=lambda s: s.name)
+        state.skills, lines = self._within_caps(ctx, sorted(by_name.values(), key=lambda s: s.name))
+        for skill in state.skills:
+            self._narrow(ctx, skill)
+        state.index = index_block(lines) if state.skills else None
+        state.invalid = sum(1 for skill in parsed.values() if skill is None)
+        ctx.attributes[ATTR_SKILLS_COUNT] = len(state.skills)  # published for the chat span
+        ctx.attributes[ATTR_SKILLS_INVALID] = state.invalid
+
+    def _within_scan(self, ctx: RunContext, sources: Sequence[str],
+                     heads: list[FileData]) -> list[FileData]:
+        """The heads without each source's extra one, which only said the source is over the cap."""
+        for source in sources:
+            under = [h.path for h in heads if h.path.startswith(source)]
+            if len(under) > self.max_skills:
+                ctx.warn(f"{source} holds more than HANGO_SKILLS_MAX={self.max_skills} "
+                         f"SKILL.md files; read the first {self.max_skills} by path, "
+                         f"from {under[0]} to {under[self.max_skills - 1]}")
+                heads = [h for h in heads if h.path != under[self.max_skills]]
+        return heads
+
+    def _within_caps(self, ctx: RunContext,
+                     ordered: list[Skill]) -> tuple[list[Skill], list[str]]:
+        """The first skills by name within ``HANGO_SKILLS_MAX`` and the index's byte budget, and
+        their index lines; one warning for each cap that left skills out."""
         if len(ordered) > self.max_skills:
             dropped = [s.name for s in ordered[self.max_skills:]]
             ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_MAX={self.max_skills} "
@@ -173,12 +189,7 @@ class SkillsMiddleware:
                      f"{self.index_max_bytes} left out (the index keeps the first skills "
                      f"by name that fit): {', '.join(dropped)}")
             ordered, lines = ordered[:fit], lines[:fit]
-        for skill in ordered:
-            self._narrow(ctx, skill)
-        state.skills, state.index = ordered, index_block(lines) if ordered else None
-        state.invalid = sum(1 for skill in parsed.values() if skill is None)
-        ctx.attributes[ATTR_SKILLS_COUNT] = len(state.skills)  # published for the chat span
-        ctx.attributes[ATTR_SKILLS_INVALID] = state.invalid
+        return ordered, lines
 
     def report(self, ctx: RunContext, span: Span, seconds: float) -> None:
         """What the index holds, on its span and in the metrics."""
