@@ -1,21 +1,11 @@
 """The hooks a middleware may implement, and the per-run context they share.
 
-A middleware is any object with a ``name`` that implements one or more of these protocols:
-
-- :class:`RunHook` ``before_run(ctx)``: once per run, in chain order, before the first model call.
-- :class:`Reader`: a RunHook that reads the database says what it reads (``reads(ctx)``: plain,
-  frozen values) and what it builds from the rows (``build(ctx, rows)``); its ``before_run`` is
-  read, then build.
-- :class:`PromptContributor` ``system_blocks(ctx)``: at every model call, in chain order.
-- :class:`BreakpointMarker` ``marks_breakpoint``: the system blocks contributed *before* it get
-  the cache breakpoint (that is what ``PromptCache`` is).
-- :class:`ModelWrapper` ``wrap_model_call(ctx, request, call_next)``: around each model call.
-- :class:`ToolProvider` ``tools(ctx)``: tools this middleware adds.
-- :class:`ToolWrapper` ``wrap_tool_call(ctx, call, call_next)``: around each tool call.
-
-Private state is typed and private: a middleware creates a :class:`StateKey` and keeps it; only
-the holder of the key object can reach the value (there is no shared dict keyed by strings).
-A new :class:`RunContext` per run means every run, and every subagent, starts with empty state.
+A middleware is any object with a ``name`` that implements some of: :class:`RunHook`
+(``before_run``), :class:`Reader` (a RunHook that declares its ``reads`` and ``build``s from the
+rows), :class:`PromptContributor` (``system_blocks``), :class:`BreakpointMarker`,
+:class:`ModelWrapper`, :class:`ToolProvider` and :class:`ToolWrapper`. Private state is reached
+only through the :class:`StateKey` its middleware holds, and a new :class:`RunContext` per run
+(and per subagent) starts empty. No middleware names another.
 """
 
 from __future__ import annotations

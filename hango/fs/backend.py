@@ -1,16 +1,11 @@
 """The one filesystem: rows of ``agent_files`` in one namespace ``{tenant_id, agent_id}``.
 
-The backend is policy-free about *who* writes (that is :func:`hango.fs.path.check_write`, called
-by both doors) but strict about *what* a path is: every method cleans its path first.
-Each file carries a ``version`` for optimistic concurrency: pass ``if_version`` and a write that
-lost a race is refused with :class:`VersionConflict` instead of silently overwriting.
-
-Nothing here is unbounded: no file exceeds ``HANGO_MAX_FILE_BYTES`` (:class:`FileTooLarge`,
-checked before the content is built); listings come in keyset pages (:class:`Page`); and the
-database itself refuses a write that would take a tenant over its quota (:class:`QuotaExceeded`)
-or give a file and a directory one name (:class:`PathConflict`). :class:`PostgresBackend` is the
-one entry; its file types are :mod:`hango.fs.files`, its read queries :mod:`hango.fs.queries`,
-its write path :mod:`hango.fs.writes`, its listings :mod:`hango.fs.listing`.
+Policy-free about *who* writes (:func:`hango.fs.path.check_write`, called by both doors), strict
+about *what* a path is: every method cleans its path first. Each file carries a ``version``
+(``if_version``: a lost race is a :class:`VersionConflict`). Nothing is unbounded: the file cap,
+keyset pages, and the database's own quota and file-or-directory refusals. Its types are
+:mod:`hango.fs.files`, its read queries :mod:`hango.fs.queries`, its write path
+:mod:`hango.fs.writes`, its listings :mod:`hango.fs.listing`.
 """
 
 from __future__ import annotations
