@@ -55,7 +55,10 @@ class CachedStack(Stack):
 
     def before_run(self, ctx: RunContext) -> None:
         backend = ctx.backend
-        assert isinstance(backend, Namespace), "the cached stack reads a database backend"
+        if not isinstance(backend, Namespace):  # the caller chose this stack for a database
+            raise TypeError(f"the cached stack reads the agent's files from its database; "
+                            f"{type(backend).__name__} is not a namespace of one: use the plain "
+                            "stack (hango.agent.stack.default_stack)")
         entry = self.cache.entry((backend.db.app_conninfo, ctx.tenant_id, ctx.agent_id))
         trace = ctx.state(TRACE)
         plans: dict[int, tuple[Hashable, list[Read], Built | None]] = {}
