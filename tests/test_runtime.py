@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
+import psycopg
 import pytest
 from opentelemetry import trace
-from test_proposals import MEMORY, do, write  # the same scripted model
+from test_proposals import MEMORY, do, policy, write  # the same scripted model
 
-from hango.agent import runs
-from hango.agent.runtime import Agent, default_stack
+from hango.agent import proposals, runs
+from hango.agent.hooks import Event
+from hango.agent.runtime import Agent, RunResult, default_stack
 from hango.agent.stack import SLOTS, DefaultStack, Stack
-from hango.agents import AgentConfig, create_tenant, save_agent
+from hango.agents import AgentConfig, create_tenant, create_token, save_agent
+from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
 from hango.fs.backend import FileNotFound, PostgresBackend
-from hango.models.base import Block, Message, Request, Response, ToolCall, ToolResult
+from hango.models.base import Block, Message, ModelError, Request, Response, ToolCall, ToolResult
 from hango.models.simulated import Reply, SimulatedModel, tool_call
 from hango.settings import load_settings
 from hango.telemetry import Telemetry
@@ -257,7 +263,6 @@ def test_a_subagent_run_stays_in_its_parents_trace_and_session(db: Database, ten
 
 def test_a_resumed_run_joins_its_run_in_the_viewers(db: Database, tenant: str,
                                                     telemetry_pair: Any) -> None:
-    from test_resuming import approve, ask_agent
 
     tel, exporter, _ = telemetry_pair
     agent = ask_agent(db, tenant, telemetry=tel)
@@ -539,3 +544,272 @@ def test_tool_spans_name_the_tool_and_the_call(db: Database, telemetry_pair: Any
 
 def test_a_run_with_the_default_telemetry_still_works(db: Database) -> None:
     assert Agent(db, _tenant(db), "a1", SimulatedModel(), telemetry=Telemetry()).run("hi").text
+
+
+# --- interrupts, and a resume of one ----------------------------------------------------------
+
+
+def ask_agent(db: Database, tenant: str, model: SimulatedModel | None = None,
+              **kwargs: Any) -> Agent:
+    """Agent ``a1`` in ``ask`` mode: its writes under /memories/ become proposals."""
+    save_agent(db, tenant, "a1", AgentConfig(reserved_writes="ask"))
+    return Agent(db, tenant, "a1", model or SimulatedModel(policy=policy), **kwargs)
+
+
+def approve(db: Database, tenant: str, interrupt: dict[str, Any] | None) -> None:
+    assert interrupt is not None
+    proposals.approve(db, tenant, "a1", interrupt["proposal_id"], by="test", role="owner")
+
+
+def test_the_interrupt_event_names_its_kind(db: Database, tenant: str,
+                                            telemetry_pair: Any) -> None:
+    tel, exporter, _ = telemetry_pair
+    result = ask_agent(db, tenant, telemetry=tel).run(do(write(MEMORY, "x")))
+    assert result.events[-1] == Event("agent.run_interrupted", {"kind": "proposal"})
+    (event,) = [e for s in exporter.get_finished_spans() for e in s.events
+                if e.name == "agent.run_interrupted"]
+    assert dict(event.attributes or {}) == {"kind": "proposal"}
+
+
+def test_a_proposal_over_the_bound_is_that_calls_error_and_the_turn_goes_on(
+        db: Database, tenant: str) -> None:
+    model = SimulatedModel(policy=policy)
+    agent = ask_agent(db, tenant, model, settings=load_settings(proposals_max_pending=1))
+    assert agent.run(do(write("/memories/one.md", "x"))).status == "interrupted"
+    result = agent.run(do(write("/memories/two.md", "y"), write("/notes/n.md", "n")))
+    assert result.status == "done"
+    request = model.calls[-1][0]
+    calls, results = request.messages[-2].tool_calls, request.messages[-1].tool_results
+    assert [(r.call_id, r.is_error) for r in results] == [(calls[0].id, True),
+                                                           (calls[1].id, False)]
+    assert results[0].content == (
+        "error: this agent already has 1 proposals waiting for a decision "
+        "(HANGO_PROPOSALS_MAX_PENDING); nothing was proposed")
+    assert results[1].content == "wrote /notes/n.md (version 1)"
+
+
+@pytest.fixture(scope="module")
+def server(db: Database) -> Iterator[str]:
+    url, stop = serve_in_thread(create_app(db))
+    yield url
+    stop()
+
+
+def test_a_run_read_the_moment_it_is_interrupted_answers_interrupted(
+        db: Database, tenant: str, server: str) -> None:
+    """An owner who sees the new proposal and opens its run at once (before the run has
+    recorded its summary) reads an interrupted run, not an error. The run's log line is
+    written in exactly that moment, so a log handler stands in for the quick owner."""
+    owner = httpx.Client(base_url=f"{server}/v1/agents/a1", timeout=30,
+                         headers={"Authorization": f"Bearer {create_token(db, tenant, 'owner')}"})
+    seen: list[httpx.Response] = []
+
+    class QuickOwner(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(owner.get(f"/runs/{record.__dict__['run_id']}"))
+
+    logger = logging.Logger("quick-owner", logging.INFO)  # this test's own, not a global one
+    logger.addHandler(QuickOwner())
+    result = ask_agent(db, tenant, telemetry=Telemetry(logger=logger)).run(do(write(MEMORY, "x")))
+    assert result.status == "interrupted"
+    (early,) = seen
+    assert early.status_code == 200, early.text
+    assert early.json()["status"] == "interrupted"
+    assert owner.get(f"/runs/{result.run_id}").json()["proposal"]["path"] == MEMORY
+
+
+def test_a_changed_config_stops_the_resume_with_the_whole_message(db: Database,
+                                                                  tenant: str) -> None:
+    agent = ask_agent(db, tenant)
+    first = agent.run(do(write(MEMORY, "x")))
+    approve(db, tenant, first.interrupt)
+    save_agent(db, tenant, "a1", AgentConfig(reserved_writes="ask", max_steps=5))
+    with pytest.raises(runs.RunError) as caught:
+        agent.resume(first.run_id)
+    assert str(caught.value) == (
+        f"run {first.run_id}: the agent's config or model changed since the run was "
+        "interrupted, so its conversation no longer matches; nothing was run. "
+        "Restore the config, or start a new run")
+
+
+def test_a_run_interrupted_twice_resumes_twice(db: Database, tenant: str) -> None:
+    """The second resume passes the first (decided) write through the tool wrappers again; the
+    proposal that wrapper would make again is not a new interrupt."""
+    model = SimulatedModel(policy=[[tool_call("write_file", {"path": MEMORY, "content": "a"})],
+                                   [tool_call("write_file", {"path": "/memories/b.md",
+                                                             "content": "b"})],
+                                   policy])
+    agent = ask_agent(db, tenant, model)
+    first = agent.run("remember two things")
+    approve(db, tenant, first.interrupt)
+    second = agent.resume(first.run_id)
+    assert (second.status, second.run_id) == ("interrupted", first.run_id)
+    approve(db, tenant, second.interrupt)
+    third = agent.resume(first.run_id)
+    assert third.status == "done"
+    assert third.text.startswith("done: approved: /memories/b.md written as version 1")
+
+
+def test_a_resume_failing_while_the_database_fails_too_reports_the_first_failure(
+        db: Database, tenant: str) -> None:
+    """The model fails during the resume, and giving the claim back fails as well (the database
+    connection is cut): the caller reads the model's error; the claim expires by itself."""
+    holder = psycopg.connect(db.admin_conninfo)
+    run_id = ""
+
+    def cut_the_release() -> None:  # terminate the session that waits behind the holder's lock
+        with psycopg.connect(db.admin_conninfo, autocommit=True) as watcher:
+            for _ in range(3000):
+                row = watcher.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                    [holder.info.backend_pid]).fetchone()
+                if row:
+                    watcher.execute("SELECT pg_terminate_backend(%s)", [row[0]])
+                    return
+                threading.Event().wait(0.01)
+        holder.close()  # never found: let the release through rather than hang
+
+    watcher = threading.Thread(target=cut_the_release)
+
+    def failing_model(request: Request) -> Reply:
+        holder.execute("SELECT 1 FROM runs WHERE tenant_id = %s AND run_id = %s FOR UPDATE",
+                       [tenant, run_id])
+        watcher.start()
+        raise RuntimeError("the model is down")
+
+    agent = ask_agent(db, tenant, SimulatedModel(policy=[
+        [tool_call("write_file", {"path": MEMORY, "content": "x"})], failing_model]))
+    first = agent.run("remember")
+    run_id = first.run_id
+    approve(db, tenant, first.interrupt)
+    try:
+        with pytest.raises(ModelError, match=r"^the model hango-sim-1 failed: RuntimeError: "
+                                             r"the model is down$"):
+            agent.resume(run_id)
+    finally:
+        watcher.join(60)
+        holder.close()
+    assert runs.load(db, tenant, run_id)["status"] == "resuming"
+    with pytest.raises(runs.RunConflict, match="already being resumed"):
+        agent.resume(run_id)
+
+
+
+# --- what a run keeps in the runs table, and how a resume goes on -----------------------------
+
+
+def _approve(db: Database, tid: str, result: RunResult) -> None:
+    assert result.status == "interrupted" and result.interrupt is not None, result
+    proposals.approve(db, tid, "a1", result.interrupt["proposal_id"], by="t", role="owner")
+
+
+def test_only_a_recorded_run_is_kept_with_its_outcome(db: Database) -> None:
+    tid = _tenant(db, max_steps=1)
+    agent = Agent(db, tid, "a1", SimulatedModel(policy=["done", [tool_call("ls", {"path": "/"})]]))
+    done = agent.run("hi", record=True)
+    row = runs.load(db, tid, done.run_id)
+    assert (row["status"], row["agent_id"]) == ("done", "a1")
+    assert row["result"] == runs.summary(done) and row["result"]["text"] == "done"
+    assert row["result"]["resumed"] is False
+    failed = agent.run("hi", record=True)  # max_steps: no answer, and the row says so
+    assert (failed.status, failed.stop_reason, failed.text) == ("failed", "max_steps", "")
+    assert runs.load(db, tid, failed.run_id)["result"]["text"] == ""
+    quiet = Agent(db, tid, "a1", SimulatedModel()).run("hi")  # record=False: no row
+    with pytest.raises(runs.RunNotFound):
+        runs.load(db, tid, quiet.run_id)
+
+
+def test_an_interrupted_run_keeps_its_outcome_and_proposal(db: Database) -> None:
+    tid = _tenant(db, reserved_writes="ask")
+    first = Agent(db, tid, "a1", SimulatedModel(policy=[[_write(MEMORY)]])).run("go")
+    assert first.status == "interrupted" and first.interrupt is not None
+    row = runs.load(db, tid, first.run_id)
+    assert row["status"] == "interrupted"
+    assert row["proposal_id"] == first.interrupt["proposal_id"]
+    assert row["result"] == runs.summary(first)
+    assert row["result"]["interrupt"]["proposal_id"] == first.interrupt["proposal_id"]
+    assert (row["result"]["status"], row["result"]["text"]) == ("interrupted", "")
+
+
+def test_a_resumed_run_says_so_in_its_events_span_and_row(
+        db: Database, telemetry_pair: Any) -> None:
+    tel, exporter, _ = telemetry_pair
+    tid = _tenant(db, reserved_writes="ask")
+    agent = Agent(db, tid, "a1", SimulatedModel(policy=[[_write(MEMORY)], "end"]), telemetry=tel)
+    first = agent.run("go")
+    assert [e.name for e in first.events if e.name.startswith("agent.run_")] == [
+        "agent.run_interrupted"]
+    _approve(db, tid, first)
+    resumed = agent.resume(first.run_id)
+    assert resumed.status == "done" and resumed.text == "end"
+    assert [(e.name, e.attributes) for e in resumed.events
+            if e.name.startswith("agent.run_")] == [("agent.run_resumed", {"run_id": first.run_id})]
+    root = [s for s in exporter.get_finished_spans() if s.name == "agent.run"][-1]
+    assert [(e.name, dict(e.attributes or {})) for e in root.events
+            if e.name.startswith("agent.run_")] == [
+        ("agent.run_resumed", {"run_id": first.run_id})]
+    row = runs.load(db, tid, first.run_id)
+    assert row["status"] == "done"
+    assert row["result"] == runs.summary(resumed, {}) and row["result"]["resumed"] is True
+
+
+def test_a_turn_interrupted_twice_resumes_in_order_and_keeps_counting_steps(db: Database) -> None:
+    """Three calls in one turn, two of them proposals: each resume goes on with the next call,
+    every result answers its call id, and max_steps counts the steps before the interrupts."""
+    tid = _tenant(db, reserved_writes="ask", max_steps=2)
+    agent = Agent(db, tid, "a1", SimulatedModel(policy=[
+        [_write("/notes/a.md", "a"), _write(MEMORY, "one"), _write("/memories/b.md", "two")],
+        [tool_call("ls", {"path": "/"})],
+        "end (never reached: the second step is the last)",
+    ]))
+    first = agent.run("go")
+    _approve(db, tid, first)
+    second = agent.resume(first.run_id)  # the third call is a proposal too
+    assert second.status == "interrupted" and second.interrupt is not None
+    assert second.interrupt["proposal_id"] != first.interrupt["proposal_id"]  # type: ignore[index]
+    row = runs.load(db, tid, first.run_id)
+    assert row["status"] == "interrupted" and row["result"]["resumed"] is True
+    assert row["result"]["interrupt"]["proposal_id"] == second.interrupt["proposal_id"]
+    _approve(db, tid, second)
+    third = agent.resume(first.run_id)
+    assert (third.status, third.stop_reason, third.text) == ("failed", "max_steps", "")
+    assert len(third.responses) == 1  # one step was left after the first
+    turn = third.messages[2]
+    assert [(r.call_id, r.is_error) for r in turn.tool_results] == [
+        ("call_1", False), ("call_2", False), ("call_3", False)]
+    assert turn.tool_results[0].content == "wrote /notes/a.md (version 1)"
+    assert turn.tool_results[1].content.startswith(f"approved: {MEMORY} written as version 1.")
+    assert turn.tool_results[2].content.startswith("approved: /memories/b.md written as version 1.")
+    assert third.requests[0].messages[2] == turn  # what the model read
+
+
+def test_a_rejected_proposal_reaches_the_model_as_an_error_with_the_reason(db: Database) -> None:
+    tid = _tenant(db, reserved_writes="ask")
+    agent = Agent(db, tid, "a1", SimulatedModel(policy=[[_write(MEMORY)], "ok"]))
+    first = agent.run("go")
+    assert first.interrupt is not None
+    proposals.reject(db, tid, "a1", first.interrupt["proposal_id"], by="t", role="owner",
+                     reason="not that")
+    resumed = agent.resume(first.run_id)
+    assert resumed.requests[0].messages[-1].tool_results == (ToolResult(
+        "call_1", f"rejected by an owner or admin: not that. Nothing was written to {MEMORY}.",
+        True),)
+
+
+def test_a_resumed_run_keeps_the_system_blocks_and_breakpoints_it_started_with(
+        db: Database) -> None:
+    """The approved write adds a skill, which a fresh request would put in the cached prefix;
+    the resumed request keeps the interrupted one's prefix, byte for byte."""
+    tid = _tenant(db, reserved_writes="ask")
+    skill = "---\nname: notes\ndescription: Keep notes.\n---\nbody\n"
+    agent = Agent(db, tid, "a1", SimulatedModel(policy=[
+        [_write("/skills/notes/SKILL.md", skill)], "end", "again"]))
+    first = agent.run("go")
+    _approve(db, tid, first)
+    resumed = agent.resume(first.run_id)
+    before, after = first.requests[-1], resumed.requests[0]
+    assert (after.system, after.system_breakpoint) == (before.system, before.system_breakpoint)
+    assert not any(b.source == "skills" for b in after.system)
+    fresh = agent.run("again").requests[0]  # the next run does see the skill, in its prefix
+    assert any(b.source == "skills" for b in fresh.system)
+    assert fresh.system_breakpoint != before.system_breakpoint

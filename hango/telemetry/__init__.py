@@ -170,38 +170,17 @@ if TYPE_CHECKING:
 
 # name -> the module that defines it, imported when the name is first used: only the names of
 # the catalogue load with the package, so a middleware that imports them loads no OpenTelemetry
-_LAZY = {
-    "LOOPBACK": "prometheus",
-    "SCOPE_VERSION": "facade",
-    "Telemetry": "facade",
-    "add_metrics_route": "prometheus",
-    "capture_from_env": "content",
-    "prometheus_label": "prometheus",
-    "prometheus_meter_provider": "prometheus",
-    "prometheus_name": "prometheus",
-    "prometheus_series": "prometheus",
-    "scrape_names": "prometheus",
-    "Configured": "configured",
-    "DEFAULT_OTLP_ENDPOINT": "setup",
-    "ExportLog": "configured",
-    "LOG_FORMAT": "server",
-    "MODES": "setup",
-    "Mode": "setup",
-    "SERVER_SIGNALS": "server",
-    "SIGNALS": "setup",
-    "Served": "server",
-    "TrackedMetricExporter": "configured",
-    "TrackedSpanExporter": "configured",
-    "configure": "setup",
-    "console_logging": "server",
-    "export_every_hango_span": "setup",
-    "langfuse_headers": "setup",
-    "langfuse_keys": "server",
-    "otlp_endpoints": "setup",
-    "serve_telemetry": "server",
-    "server_endpoints": "server",
-}
-
+_LAZY = {name: module for module, names in {
+    "facade": ("SCOPE_VERSION", "Telemetry"),
+    "content": ("capture_from_env",),
+    "prometheus": ("LOOPBACK", "add_metrics_route", "prometheus_label", "prometheus_meter_provider",
+                   "prometheus_name", "prometheus_series", "scrape_names"),
+    "configured": ("Configured", "ExportLog", "TrackedMetricExporter", "TrackedSpanExporter"),
+    "server": ("LOG_FORMAT", "SERVER_SIGNALS", "Served", "console_logging", "langfuse_keys",
+               "serve_telemetry", "server_endpoints"),
+    "setup": ("DEFAULT_OTLP_ENDPOINT", "MODES", "Mode", "SIGNALS", "configure",
+              "export_every_hango_span", "langfuse_headers", "otlp_endpoints"),
+}.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
