@@ -3,7 +3,9 @@
 One agent with 100 skills (2,221 bytes each) and a 64 KiB ``/memories/AGENTS.md``, one model
 call and no tool call: before_run, the request, the simulator's pricing, the run span. Timed in
 turns in this one process beside a ``SELECT 1`` round trip through the same pool, so the figures
-are multiples of a round trip and ratios, not milliseconds to compare across machines.
+are multiples of a round trip and ratios, not milliseconds to compare across machines. Each turn
+runs the three in another order (a run right after another run is faster than one right after
+a round trip).
 
 The plain stack is the library's default (every run reads and builds); the cached stack is what
 ``hango serve`` and the runs API choose (``hango.perf.cached_stack``). Without ``hango.perf``
@@ -76,9 +78,10 @@ def main() -> None:
                 for _ in range(5):
                     fn()
             times: dict[str, list[float]] = {name: [] for name in fns}
-            for _ in range(args.iterations):
-                for name, fn in fns.items():
-                    times[name].append(timed(fn))
+            names = list(fns)
+            for turn in range(args.iterations):  # in turns, each turn in another order
+                for name in names[turn % 3:] + names[:turn % 3]:
+                    times[name].append(timed(fns[name]))
             conn.autocommit = False
         rt = statistics.median(times["rt"])
         print(f"load: {os.getloadavg()} on {os.cpu_count()} CPUs; {args.iterations} turns")

@@ -83,7 +83,7 @@ def cut_utf8(text: str, max_bytes: int) -> str:
 
 
 class MemoryMiddleware:
-    """RunHook + PromptContributor. Not a ModelWrapper: blocks land by chain position alone."""
+    """Reader + PromptContributor. Not a ModelWrapper: blocks land by chain position alone."""
 
     name = "memory"
     span = SPAN_MEMORY_LOAD

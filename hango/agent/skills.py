@@ -103,7 +103,7 @@ def folder_of(path: str) -> str:
 
 
 class SkillsMiddleware:
-    """RunHook + PromptContributor + ToolWrapper (the narrowing guard)."""
+    """Reader + PromptContributor + ToolWrapper (the narrowing guard)."""
 
     name = "skills"
     span = SPAN_SKILLS_INDEX

@@ -38,6 +38,18 @@ class Trace:
 TRACE: StateKey[Trace] = StateKey("perf", Trace)
 
 
+_KINDS: dict[type, tuple[bool, bool]] = {}
+
+
+def _kind(mw: Any) -> tuple[bool, bool]:
+    """Whether ``mw`` is a RunHook and a Reader, by its class (a protocol check costs more than
+    the rest of a replay)."""
+    kind = _KINDS.get(type(mw))
+    if kind is None:
+        kind = _KINDS[type(mw)] = (isinstance(mw, RunHook), isinstance(mw, Reader))
+    return kind
+
+
 def _salt(hook: Reader, ctx: RunContext) -> Hashable:
     """Everything a build depends on besides its rows: the hook's own parameters, the config
     and the allowlist. A change of any is another key, never a stale replay."""
@@ -62,8 +74,9 @@ class CachedStack(Stack):
         entry = self.cache.entry((backend.db.app_conninfo, ctx.tenant_id, ctx.agent_id))
         trace = ctx.state(TRACE)
         plans: dict[int, tuple[Hashable, list[Read], Built | None]] = {}
-        for mw in self.middlewares:
-            if isinstance(mw, Reader):
+        kinds = [_kind(mw) for mw in self.middlewares]
+        for mw, (_, reader) in zip(self.middlewares, kinds, strict=True):
+            if reader:
                 reads = list(mw.reads(ctx))
                 key: Hashable = (_salt(mw, ctx), tuple(reads))
                 plans[id(mw)] = (key, reads, self.cache.get(entry, key))
@@ -72,10 +85,10 @@ class CachedStack(Stack):
         results = read_if_changed(backend, [gated(r, backend.ns(), k) for r, k in wanted])
         trace.round_trips += 1
         fetched = iter(results)
-        for mw in self.middlewares:
-            if not isinstance(mw, RunHook):
+        for mw, (hook, reader) in zip(self.middlewares, kinds, strict=True):
+            if not hook:
                 continue
-            if not isinstance(mw, Reader):
+            if not reader:
                 mw.before_run(ctx)
                 continue
             key, reads, built = plans[id(mw)]
