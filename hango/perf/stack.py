@@ -42,8 +42,8 @@ _KINDS: dict[type, tuple[bool, bool]] = {}
 
 
 def _kind(mw: Any) -> tuple[bool, bool]:
-    """Whether ``mw`` is a RunHook and a Reader, by its class (a protocol check costs more than
-    the rest of a replay)."""
+    """Whether ``mw`` is a RunHook and a Reader, known by its class after the first check (a
+    protocol ``isinstance`` looks up every member, at every run)."""
     kind = _KINDS.get(type(mw))
     if kind is None:
         kind = _KINDS[type(mw)] = (isinstance(mw, RunHook), isinstance(mw, Reader))
