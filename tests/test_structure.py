@@ -247,3 +247,13 @@ except ModuleNotFoundError:
 db.close()
 """
     assert _python(code) == ["done True True", "False", "no hango.perf"]
+
+
+def test_every_memory_and_skills_test_that_runs_runs_on_both_stacks() -> None:
+    """The parity fixture (tests/parity.py) is the only way these tests start a run: no bare
+    ``Agent(...)`` and no ``before_run`` called on a middleware or a stack directly."""
+    tests = PACKAGE.parent / "tests"
+    for name in ("test_memory.py", "test_skills.py", "test_seed_criteria.py"):
+        text = (tests / name).read_text(encoding="utf-8")
+        assert "stacks = parity.both" in text, name
+        assert re.findall(r"(?<![\w.])Agent\(|(?<!stacks)\.before_run\(", text) == [], name
