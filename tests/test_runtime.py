@@ -650,6 +650,35 @@ def test_a_run_interrupted_twice_resumes_twice(db: Database, tenant: str) -> Non
     assert third.text.startswith("done: approved: /memories/b.md written as version 1")
 
 
+def test_a_failing_resume_gives_back_its_own_claim_and_no_other(db: Database, tenant: str) -> None:
+    """A resume whose model fails frees its claim, so the run can be resumed again; but when
+    another resume holds the run by then (this one's claim was taken over), the failing one
+    leaves that claim alone."""
+    run_id = ""
+    take_over = False
+
+    def failing_model(request: Request) -> Reply:
+        if take_over:  # another resume claimed the run meanwhile
+            with db.admin(tenant) as conn:
+                conn.execute("UPDATE runs SET claim_token = 'another' WHERE tenant_id = %s"
+                             " AND run_id = %s", [tenant, run_id])
+        raise RuntimeError("the model is down")
+
+    agent = ask_agent(db, tenant, SimulatedModel(policy=[
+        [tool_call("write_file", {"path": MEMORY, "content": "x"})], failing_model,
+        failing_model]))
+    first = agent.run("remember")
+    run_id = first.run_id
+    approve(db, tenant, first.interrupt)
+    with pytest.raises(ModelError):
+        agent.resume(run_id)
+    assert runs.load(db, tenant, run_id)["status"] == "interrupted"  # its own claim: freed
+    take_over = True
+    with pytest.raises(ModelError):
+        agent.resume(run_id)
+    assert runs.load(db, tenant, run_id)["status"] == "resuming"  # the other's: kept
+
+
 def test_a_resume_failing_while_the_database_fails_too_reports_the_first_failure(
         db: Database, tenant: str) -> None:
     """The model fails during the resume, and giving the claim back fails as well (the database

@@ -17,6 +17,7 @@ import pytest
 from pydantic import ValidationError
 from test_proposals import MEMORY, do, policy, write  # the same scripted model
 
+from hango.agent import proposals
 from hango.agent.hooks import RunContext
 from hango.agent.runtime import Agent
 from hango.agent.stack import Stack, default_stack
@@ -258,7 +259,8 @@ def test_a_subagent_runs_with_its_parents_model_stack_telemetry_and_run_ids(
     model = SimulatedModel(policy=policy)  # no child_models: the scribe uses it too
     ids = iter(["run-1", "run-2"])
     lead = Agent(db, tenant, "lead", model, telemetry=tel, run_ids=lambda: next(ids),
-                 stack=lambda a: Stack([*default_stack(a).middlewares, HouseRules()]))
+                 stack=lambda a: Stack([*default_stack(a).middlewares, HouseRules()]),
+                 started_by="member:0123456789ab")
     task = do(write(MEMORY, "x"))
     result = lead.run(do(("task", {"agent": "scribe", "description": task})))
     assert (result.run_id, result.status) == ("run-1", "done")
@@ -270,3 +272,6 @@ def test_a_subagent_runs_with_its_parents_model_stack_telemetry_and_run_ids(
                  if s.name == "agent.run" and s.attributes}
     assert run_spans["scribe"].attributes["hango.run.id"] == "run-2"
     assert run_spans["scribe"].context.trace_id == run_spans["lead"].context.trace_id
+    # the scribe's proposal is the member's who started the lead's run (their share of the queue)
+    (proposal,) = proposals.list_proposals(db, tenant, "scribe")
+    assert proposal.proposed_by == "member:0123456789ab"
