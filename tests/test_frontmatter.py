@@ -594,3 +594,15 @@ def test_a_head_four_bytes_short_of_the_cap_is_whole() -> None:
     assert parse(head).name == "demo"
     longer = padded(HEAD_BYTES - 3, closing="---")
     assert reject(longer).reason == f"frontmatter not closed within the first {HEAD_BYTES} bytes"
+
+
+@pytest.mark.parametrize(("head", "reason"), [
+    (b"---\nname: demo\ndescription: \xff\nlicense: MIT\n---\n", "line 3: not valid UTF-8"),
+    (b"---\n\nname: demo\ndescription: \xff\n---\n", "line 4: not valid UTF-8"),
+    (doc(f"{N}\ndescription: a\x07b\nlicense: MIT"), "line 3: unsupported character U+0007"),
+    (doc(f"\n{N}\ndescription: a\x07b"), "line 4: unsupported character U+0007"),
+])
+def test_a_bad_character_is_named_on_its_own_line(head: str | bytes, reason: str) -> None:
+    """The line counts the lines before the character (a blank first line too), not the
+    frontmatter's every line."""
+    assert str(reject(head)) == reason
