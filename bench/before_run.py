@@ -39,14 +39,15 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]
 from psycopg.pq import Trace
 
-from hango.agent import snapshot
 from hango.agent.frontmatter import FrontmatterError, parse
 from hango.agent.hooks import RunContext
 from hango.agent.memory import MemoryMiddleware
 from hango.agent.skills import SkillsMiddleware
+from hango.agent.stack import Stack
 from hango.agents import AgentConfig, create_tenant, drop_tenant, save_agent
 from hango.db import Database
 from hango.fs.backend import PostgresBackend
+from hango.perf import CACHE, CachedStack
 from hango.settings import load_settings
 from hango.telemetry import Telemetry
 
@@ -117,18 +118,19 @@ def row(label: str, xs: list[float], note: str = "") -> None:
 
 # --- hango -----------------------------------------------------------------------------------
 
-def hango_before_run(db: Database, agent_id: str,
-                     skills: SkillsMiddleware) -> Callable[[], RunContext]:
-    """One run's start, as ``Agent.run`` does it: a fresh RunContext, then the two hooks."""
+def hango_before_run(db: Database, agent_id: str, skills: SkillsMiddleware,
+                     cached: bool = True) -> Callable[[], RunContext]:
+    """One run's start, as ``Agent.run`` does it: a fresh RunContext, then the two hooks, on
+    the cached stack (a server's choice) or the plain one (the library default)."""
     memory = MemoryMiddleware()
     config = AgentConfig()
     telemetry = Telemetry()
+    stack = CachedStack([skills, memory]) if cached else Stack([skills, memory])
 
     def run() -> RunContext:
         ctx = RunContext(TENANT, agent_id, config, PostgresBackend(db, TENANT, agent_id),
                          "bench", frozenset(config.tools), telemetry)
-        skills.before_run(ctx)
-        memory.before_run(ctx)
+        stack.before_run(ctx)
         return ctx
 
     return run
@@ -370,7 +372,7 @@ def bench(db: Database, tmp: Path, args: argparse.Namespace) -> None:
     changed = after(write, hango)
 
     def cold() -> float:
-        snapshot.CACHE.clear()
+        CACHE.clear()
         start = time.perf_counter()
         hango()
         return time.perf_counter() - start
@@ -417,7 +419,7 @@ def bench(db: Database, tmp: Path, args: argparse.Namespace) -> None:
     trips_unchanged = round_trips(db, hango)
     write()
     trips_changed = round_trips(db, hango)
-    snapshot.CACHE.clear()
+    CACHE.clear()
     trips_cold = round_trips(db, hango)
     print(f"  protocol round trips per before_run (libpq trace): unchanged {trips_unchanged}, "
           f"after a change {trips_changed}, cold {trips_cold}; db.tenant() + SELECT 1: "

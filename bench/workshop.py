@@ -285,10 +285,11 @@ def over_http(http: Client) -> Run:
 def in_process(db: object, tenant_of: list[str]) -> Callable[[int, Client], Run]:
     from hango.agent.runtime import Agent
     from hango.models.simulated import SimulatedModel
+    from hango.perf import cached_stack
 
     def setup(index: int, http: Client) -> Run:
         agent = Agent(db, tenant_of[index], "a1",  # type: ignore[arg-type]
-                      SimulatedModel(policy=lambda request: "done"))
+                      SimulatedModel(policy=lambda request: "done"), stack=cached_stack)
 
         def run(http: Client, nonce: str, version: int) -> None:
             agent.model = SimulatedModel(policy=lambda request: "done")

@@ -6,7 +6,9 @@ committed outputs of the course with what the code produces today.
 
 from __future__ import annotations
 
+import getpass
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import count
@@ -17,12 +19,23 @@ from hango.agents import COURSE_AGENT, AgentConfig, create_tenant, create_token,
 from hango.api.app import create_app, serve_in_thread
 from hango.api.client import ApiError, FilesClient
 from hango.db import Database, get_database
-from hango.exercises.progress import learner_name
 from hango.fs.backend import PostgresBackend
 from hango.models.base import Model, Request, Response, _blank
 from hango.models.simulated import positions
 from hango.models.view import render, request_view
 from hango.telemetry import Configured, configure
+
+
+def learner_name(setting: str | None = None) -> str:
+    """``HANGO_LEARNER`` when set, else the login name (made fit for the table: other characters
+    become ``-``)."""
+    if setting is not None:
+        return setting
+    try:
+        login = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container's arbitrary user)
+        login = "learner"
+    return re.sub(r"[^A-Za-z0-9._@-]", "-", login)[:64] or "learner"
 
 
 def show_request(request: Request, width: int = 60) -> None:

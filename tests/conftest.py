@@ -19,6 +19,8 @@ import pytest
 os.environ.setdefault("HANGO_DATABASE_NAME", "hango_test")
 os.environ.setdefault("HANGO_LEARNER", "pytest")  # whose exercise passes the tests record
 
+from parity import PLAIN, Stacks
+
 from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, create_tenant, save_agent
 from hango.api.app import create_app, serve_in_thread
@@ -57,10 +59,17 @@ def api_url(db: Database) -> Iterator[str]:
 
 
 @pytest.fixture
-def sim_agent(db: Database, tenant: str) -> Agent:
-    """Agent ``a1`` of this test's tenant on the offline simulated model. Its config is read at
-    every run, so the test saves it (``save_agent``, or :func:`backend`) before or after."""
-    return Agent(db, tenant, "a1", SimulatedModel())
+def stacks() -> Stacks:
+    """The plain stack, the library's default. A module that sets ``stacks = parity.both``
+    (the memory and skills tests) runs each test on the plain and on the cached stack."""
+    return PLAIN
+
+
+@pytest.fixture
+def sim_agent(db: Database, tenant: str, stacks: Stacks) -> Agent:
+    """Agent ``a1`` of this test's tenant on the offline simulated model, on ``stacks``. Its
+    config is read at every run, so the test saves it (``save_agent``, or :func:`backend`)."""
+    return stacks.agent(db, tenant, "a1", SimulatedModel())
 
 
 @pytest.fixture

@@ -118,13 +118,13 @@ def test_memory_stays_within_the_cap(loaded: Loaded, cap: int) -> None:
 
 
 class CountingBackend(PostgresBackend):
-    """Counts the files each heads scan returns (bytes are counted by the backend); before_run
-    scans through ``read_if_changed``, whose heads rows are the lenient ones."""
+    """Counts the files each heads scan returns (bytes are counted by the backend): the heads
+    rows are the lenient ones."""
 
     heads_rows = 0
 
-    def _rows(self, rows: Any, *, lenient: bool = False) -> list[FileData]:
-        found = super()._rows(rows, lenient=lenient)
+    def decoded(self, rows: Any, *, lenient: bool = False) -> list[FileData]:
+        found = super().decoded(rows, lenient=lenient)
         self.heads_rows += len(found) if lenient else 0
         return found
 

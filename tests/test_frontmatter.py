@@ -561,3 +561,53 @@ def test_a_reason_quotes_a_long_value_cut_short() -> None:
     ):
         error = reject(head)
         assert len(error.reason) < 300 and "..." in error.reason, error.reason
+
+
+# A rejection's reason is what the skill's author reads (``skill ... skipped: <reason>``): the
+# whole sentence, with the key it names and the line, not only a fragment of it.
+WHOLE_REASONS = [
+    ("name: demo\n", "line 1: no frontmatter: the file must start with a '---' line"),
+    (doc(f'name: "a\\nb"\n{D}'), "line 2: name must be one line of printable characters"),
+    (doc(f"{N}\ndescription: 123"),
+     "line 3: 'description': YAML reads '123' as a int, not a string; quote it"),
+    (doc(f"{N}\ndescription: ' '"), "line 3: description is empty"),
+    (doc(f'{N}\ndescription: "a\\eb"'), "line 3: description contains control characters"),
+    (doc(f"{N}\n{D}\nallowed-tools: a\nallowed_tools: b"),
+     "line 5: both 'allowed-tools' and 'allowed_tools' given; keep one"),
+    (doc(f"{N}\n{D}\nallowed-tools:\n  - 1"),
+     "line 5: 'allowed-tools item': YAML reads '1' as a int, not a string; quote it"),
+    (doc(f"{N}\n{D}\nallowed-tools: 5"),
+     "line 4: 'allowed-tools': YAML reads '5' as a int, not a string; quote it"),
+    (doc(f"{N}\n{D}\nallowed-tools: Bash(git"),
+     "line 4: unbalanced or nested parentheses in the tools"),
+    (doc(f"{N}\n{D}\nmetadata: [a]"), "line 4: 'metadata' must be a mapping of strings"),
+    (doc(f"{N}\n{D}\nmetadata:\n  a: 1"),
+     "line 5: 'metadata.a': YAML reads '1' as a int, not a string; quote it"),
+]
+
+
+@pytest.mark.parametrize(("head", "reason"), WHOLE_REASONS)
+def test_a_rejection_says_the_whole_reason(head: str, reason: str) -> None:
+    assert str(reject(head)) == reason
+
+
+def test_a_head_four_bytes_short_of_the_cap_is_whole() -> None:
+    """A head shorter than ``HEAD_BYTES - 3`` was not cut: its last line, a closing ``---`` with
+    no newline after it, is trusted. One byte more and the head may have been cut mid-line."""
+    head = padded(HEAD_BYTES - 4, closing="---")
+    assert len(head) == HEAD_BYTES - 4 and head.endswith(b"\n---")
+    assert parse(head).name == "demo"
+    longer = padded(HEAD_BYTES - 3, closing="---")
+    assert reject(longer).reason == f"frontmatter not closed within the first {HEAD_BYTES} bytes"
+
+
+@pytest.mark.parametrize(("head", "reason"), [
+    (b"---\nname: demo\ndescription: \xff\nlicense: MIT\n---\n", "line 3: not valid UTF-8"),
+    (b"---\n\nname: demo\ndescription: \xff\n---\n", "line 4: not valid UTF-8"),
+    (doc(f"{N}\ndescription: a\x07b\nlicense: MIT"), "line 3: unsupported character U+0007"),
+    (doc(f"\n{N}\ndescription: a\x07b"), "line 4: unsupported character U+0007"),
+])
+def test_a_bad_character_is_named_on_its_own_line(head: str | bytes, reason: str) -> None:
+    """The line counts the lines before the character (a blank first line too), not the
+    frontmatter's every line."""
+    assert str(reject(head)) == reason

@@ -253,3 +253,62 @@ def test_the_strategy_reaches_every_kind_of_path(kind: str) -> None:
         "rejected traversal": lambda p: not _accepted(p) and "/../" in p,
     }[kind]
     assert wanted(find(PATHS, wanted, settings=settings(max_examples=20_000, database=None)))
+
+
+# --- the messages of the write rule and of a source -------------------------------------------
+
+
+def test_an_agent_write_in_ask_mode_is_a_proposal_naming_path_and_prefix() -> None:
+    from hango.fs.path import ApprovalRequired, check_write
+
+    with pytest.raises(ApprovalRequired) as info:
+        check_write("/memories/AGENTS.md", None, "ask")
+    assert (info.value.path, info.value.prefix) == ("/memories/AGENTS.md", "/memories/")
+    assert str(info.value) == ("'/memories/AGENTS.md' is under the reserved prefix /memories/: the "
+                               "write becomes a proposal that an owner or admin approves or rejects")
+
+
+def test_a_source_outside_its_prefix_is_named_in_the_error() -> None:
+    from hango.fs.path import PathError, validate_source
+
+    with pytest.raises(PathError) as info:
+        validate_source("/notes/a.md", "/memories/")
+    assert (info.value.path, info.value.rule) == ("/notes/a.md", "must be under /memories/")
+    assert str(info.value) == "invalid path '/notes/a.md': must be under /memories/"
+
+
+
+# --- the path rules' messages -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    (5, "invalid path 5: must be a string"),
+    ("notes/x", "invalid path 'notes/x': must be absolute (start with /)"),
+    ("/a\\b", "invalid path '/a\\\\b': backslash is not allowed (use /)"),
+    ("/a\u2029b", "invalid path '/a\\u2029b': invisible or unassigned character U+2029"),
+    ("/a\u2028b", "invalid path '/a\\u2028b': invisible or unassigned character U+2028"),
+    ("/notes/", "invalid path '/notes/': a file path must not end with /"),
+    ("/notes//x", "invalid path '/notes//x': empty segment (//) is not allowed"),
+])
+def test_a_bad_file_path_names_the_rule_it_breaks(path: object, message: str) -> None:
+    with pytest.raises(PathError) as info:
+        clean(path)
+    assert str(info.value) == message
+    assert info.value.path == path
+
+
+def test_the_root_spelled_with_an_empty_segment_is_refused_by_name() -> None:
+    with pytest.raises(PathError) as info:
+        clean_dir("//")
+    assert str(info.value) == "invalid path '//': empty segment (//) is not allowed"
+    assert (info.value.path, info.value.rule) == ("//", "empty segment (//) is not allowed")
+
+
+@pytest.mark.parametrize(("role", "who"), [(None, "the agent"), ("member", "a member")])
+def test_a_refused_reserved_write_says_where_and_who(role: str | None, who: str) -> None:
+    with pytest.raises(ReservedPathError) as info:
+        check_write("/memories/AGENTS.md", role)
+    assert str(info.value) == (
+        "'/memories/AGENTS.md' is under the reserved prefix /memories/: only an owner or admin "
+        f"may write there, and only through the files API ({who} may not)")
+    assert (info.value.path, info.value.prefix) == ("/memories/AGENTS.md", "/memories/")

@@ -48,7 +48,10 @@ from hango.agents import AgentConfig, create_tenant, create_token, save_agent, t
 from hango.api.plain_get import read_row
 from hango.db import APP_ROLE, Database, DatabaseError, DatabaseRefused
 from hango.fs.backend import PostgresBackend
+from hango.fs.files import ReadFiles
 from hango.models.simulated import SimulatedModel, tool_call
+from hango.perf.gated import gated as gated_read
+from hango.perf.gated import read_if_changed
 from hango.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,8 +123,8 @@ def test_isolation_probe_every_role_sees_only_its_tenant(stack: pgbouncer_stack.
 
         def gated(me: str, token: str) -> tuple[str, int]:
             backend = PostgresBackend(db, me, "a1")
-            [(_, rows)] = backend.read_if_changed([backend.gated_read_many(
-                ["/memories/AGENTS.md"], 1000, None)])
+            [(_, rows)] = read_if_changed(backend, [gated_read(
+                ReadFiles(("/memories/AGENTS.md",), 1000), backend.ns(), None)])
             assert rows is not None and [r.content for r in rows] == [f"- {me}\n"]
             return APP_ROLE, 0  # its rows are its own; the plain clients below see its role
 

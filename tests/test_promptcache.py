@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hango.agent.promptcache import PromptCache, normalize
 from hango.agent.runtime import Agent, default_stack
 from hango.agent.stack import DefaultStack
+from hango.agents import AgentConfig, save_agent
 from hango.db import Database
 from hango.models.base import Block, Breakpoint, Message, Request, Response, ToolSpec, wire_request
 from hango.models.simulated import SimulatedModel, cost
@@ -104,7 +105,7 @@ def test_a_marker_on_a_tool_moves_onto_the_first_system_block() -> None:
 def test_every_request_starts_with_the_tenants_own_cache_scope(db: Database, tenant: str,
                                                                 capsys: Any) -> None:
     from hango.agent.promptcache import SCOPE_SOURCE, tenant_scope
-    from hango.agents import AgentConfig, create_tenant, save_agent
+    from hango.agents import create_tenant
     from hango.notebook import show_request
 
     other = create_tenant(db, tenant + "-b")
@@ -129,7 +130,7 @@ def test_a_tenant_reads_nothing_another_tenant_wrote_with_the_same_prompt(
 
     import httpx
 
-    from hango.agents import AgentConfig, create_tenant, create_token, save_agent
+    from hango.agents import create_tenant, create_token
 
     prompt = f"You answer questions about invoices ({uuid.uuid4().hex}). " + "Be exact. " * 600
     memory = b"The user prefers short answers. " * 40
@@ -148,3 +149,34 @@ def test_a_tenant_reads_nothing_another_tenant_wrote_with_the_same_prompt(
     assert [u["cache_read_input_tokens"] for u in b["usage"]] == [0]
     assert (b["status"], b["usage"], b["cache_read_ratio"]) == (
         a["status"], a["usage"], a["cache_read_ratio"])  # as if A had never run
+
+
+# --- the conversation breakpoint --------------------------------------------------------------
+
+
+def _cache_request(n_system_marks: int, messages: int) -> Any:
+    from hango.models.base import Block, Breakpoint, Message, Request
+
+    return Request(model="m", tools=(), system=tuple(Block(f"b{i}", f"s{i}") for i in range(4)),
+                   messages=tuple(Message("user", f"m{i}") for i in range(messages)),
+                   breakpoints=tuple(Breakpoint("system", i, "5m")
+                                     for i in range(n_system_marks)))
+
+
+def test_no_conversation_breakpoint_without_messages() -> None:
+    from hango.agent.promptcache import PromptCache
+
+    sent = PromptCache(prefix_ttl="5m").wrap_model_call(
+        None, _cache_request(1, 0), lambda r: r)  # type: ignore[arg-type]
+    assert [b.tier for b in sent.breakpoints] == ["system"]
+
+
+def test_the_conversation_breakpoint_takes_the_fourth_slot_not_a_fifth() -> None:
+    from hango.agent.promptcache import PromptCache
+
+    cache = PromptCache(prefix_ttl="5m")
+    sent = cache.wrap_model_call(None, _cache_request(3, 2), lambda r: r)  # type: ignore[arg-type]
+    assert [(b.tier, b.index) for b in sent.breakpoints][-1] == ("messages", 1)
+    assert len(sent.breakpoints) == 4
+    full = cache.wrap_model_call(None, _cache_request(4, 2), lambda r: r)  # type: ignore[arg-type]
+    assert [b.tier for b in full.breakpoints] == ["system"] * 4

@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import httpx
+import parity
 import pytest
+from parity import Stacks
 
-from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, create_token, save_agent
 from hango.db import Database
 from hango.models.simulated import SimulatedModel, tool_call
+
+stacks = parity.both  # the parity fixture: each test on the plain and the cached stack
 
 SKILL = "---\nname: invoices\ndescription: Read and total invoices.\n---\n# Invoices\nSum them.\n"
 
@@ -29,7 +32,7 @@ def owner_http(db: Database, tenant: str, api_url: str) -> Iterator[httpx.Client
 
 
 def test_owner_writes_memory_over_http_and_the_next_run_has_it_after_the_breakpoint(
-        db: Database, tenant: str, owner_http: httpx.Client) -> None:
+        db: Database, tenant: str, owner_http: httpx.Client, stacks: Stacks) -> None:
     files = "/v1/agents/assistant/files"
     put = owner_http.put(f"{files}/memories/AGENTS.md", content="Answer in French.")
     assert put.status_code in (200, 201), put.text
@@ -41,7 +44,7 @@ def test_owner_writes_memory_over_http_and_the_next_run_has_it_after_the_breakpo
                                  "new_string": "Klingon"})],
         "d'accord",
     ])
-    result = Agent(db, tenant, "assistant", model).run("hello")
+    result = stacks.agent(db, tenant, "assistant", model).run("hello")
 
     first = result.requests[0]
     sources = [block.source for block in first.system]

@@ -10,15 +10,20 @@ from __future__ import annotations
 import threading
 import time
 from itertools import pairwise
+from typing import Any
 
 import httpx
 import pytest
 from pydantic import ValidationError
+from test_proposals import MEMORY, do, policy, write  # the same scripted model
 
+from hango.agent import proposals
+from hango.agent.hooks import RunContext
 from hango.agent.runtime import Agent
+from hango.agent.stack import Stack, default_stack
 from hango.agents import AgentConfig, create_token, load_agent, save_agent
 from hango.db import Database
-from hango.models.base import Request, ToolResult
+from hango.models.base import Block, Request, ToolResult
 from hango.models.simulated import SimulatedModel, tool_call
 from hango.settings import load_settings
 
@@ -232,3 +237,41 @@ def test_task_calls_beyond_the_cap_of_a_turn_are_refused(db: Database, tenant: s
 def test_the_budget_defaults() -> None:
     settings = load_settings()
     assert (settings.run_max_model_calls, settings.subagent_max_tasks_per_turn) == (100, 4)
+
+
+# --- what a subagent inherits from its parent -------------------------------------------------
+
+
+class HouseRules:
+    """A middleware of the caller's own stack: one system block."""
+
+    name = "house_rules"
+
+    def system_blocks(self, ctx: RunContext) -> tuple[Block, ...]:
+        return (Block("House rules: be brief.", "house_rules"),)
+
+
+def test_a_subagent_runs_with_its_parents_model_stack_telemetry_and_run_ids(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "lead", AgentConfig(tools=["task"], subagents=["scribe"]))
+    save_agent(db, tenant, "scribe", AgentConfig(reserved_writes="ask"))
+    model = SimulatedModel(policy=policy)  # no child_models: the scribe uses it too
+    ids = iter(["run-1", "run-2"])
+    lead = Agent(db, tenant, "lead", model, telemetry=tel, run_ids=lambda: next(ids),
+                 stack=lambda a: Stack([*default_stack(a).middlewares, HouseRules()]),
+                 started_by="member:0123456789ab")
+    task = do(write(MEMORY, "x"))
+    result = lead.run(do(("task", {"agent": "scribe", "description": task})))
+    assert (result.run_id, result.status) == ("run-1", "done")
+    assert result.text.startswith("done: scribe proposed a write to its memory or skills; "
+                                  "its run run-2 waits")
+    scribe_request = next(r for r, _ in model.calls if r.messages[0].text == task)
+    assert "House rules: be brief." in [b.text for b in scribe_request.system]
+    run_spans = {s.attributes["gen_ai.agent.name"]: s for s in exporter.get_finished_spans()
+                 if s.name == "agent.run" and s.attributes}
+    assert run_spans["scribe"].attributes["hango.run.id"] == "run-2"
+    assert run_spans["scribe"].context.trace_id == run_spans["lead"].context.trace_id
+    # the scribe's proposal is the member's who started the lead's run (their share of the queue)
+    (proposal,) = proposals.list_proposals(db, tenant, "scribe")
+    assert proposal.proposed_by == "member:0123456789ab"

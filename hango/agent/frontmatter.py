@@ -20,10 +20,14 @@ from types import MappingProxyType
 
 from hango.agent.yaml_slice import Entries, Node, SliceError, clip, read
 
-__all__ = ["DESCRIPTION_MAX", "HEAD_BYTES", "NAME_MAX", "Frontmatter", "FrontmatterError",
+__all__ = ["DESCRIPTION_MAX", "FENCES", "HEAD_BYTES", "NAME_MAX", "Frontmatter", "FrontmatterError",
            "naming_rule_problem", "parse", "split_tools"]
 
 HEAD_BYTES = 16384  # the longest real frontmatter is ~1.2 KB; a 1024-character description <= 4 KB
+# A line that is exactly ``---`` closes the frontmatter: a head is cut right after the first one.
+# With HEAD_BYTES, the one definition of a skill's head (the schema's ``skill_head`` column cuts
+# the same bytes at write time; a test holds the two together).
+FENCES = (b"\n---\n", b"\n---\r\n")
 NAME_MAX = 64
 DESCRIPTION_MAX = 1024
 

@@ -1,18 +1,11 @@
 """The hooks a middleware may implement, and the per-run context they share.
 
-A middleware is any object with a ``name`` that implements one or more of these protocols:
-
-- :class:`RunHook` ``before_run(ctx)``: once per run, in chain order, before the first model call.
-- :class:`PromptContributor` ``system_blocks(ctx)``: at every model call, in chain order.
-- :class:`BreakpointMarker` ``marks_breakpoint``: the system blocks contributed *before* it get
-  the cache breakpoint (that is what ``PromptCache`` is).
-- :class:`ModelWrapper` ``wrap_model_call(ctx, request, call_next)``: around each model call.
-- :class:`ToolProvider` ``tools(ctx)``: tools this middleware adds.
-- :class:`ToolWrapper` ``wrap_tool_call(ctx, call, call_next)``: around each tool call.
-
-Private state is typed and private: a middleware creates a :class:`StateKey` and keeps it; only
-the holder of the key object can reach the value (there is no shared dict keyed by strings).
-A new :class:`RunContext` per run means every run, and every subagent, starts with empty state.
+A middleware is any object with a ``name`` that implements some of: :class:`RunHook`
+(``before_run``), :class:`Reader` (a RunHook that declares its ``reads`` and ``build``s from the
+rows), :class:`PromptContributor` (``system_blocks``), :class:`BreakpointMarker`,
+:class:`ModelWrapper`, :class:`ToolProvider` and :class:`ToolWrapper`. Private state is reached
+only through the :class:`StateKey` its middleware holds, and a new :class:`RunContext` per run
+(and per subagent) starts empty. No middleware names another.
 """
 
 from __future__ import annotations
@@ -28,8 +21,10 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_check
 from hango.models.base import Block, Request, Response, ToolCall, ToolResult, ToolSpec
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
     from hango.agents import AgentConfig
-    from hango.fs.backend import Backend
+    from hango.fs.files import Backend, FileData, Read
     from hango.telemetry import Telemetry
 
 T = TypeVar("T")
@@ -144,6 +139,25 @@ class Interrupt(Exception):
 @runtime_checkable
 class RunHook(Protocol):
     def before_run(self, ctx: RunContext) -> None: ...
+
+
+@runtime_checkable
+class Reader(Protocol):
+    """A RunHook whose ``before_run`` is: open ``span``, run ``reads(ctx)`` against the backend,
+    ``build(ctx, rows)`` (one list of files per read), then ``report`` into the span and metrics.
+
+    ``reads`` looks only at the config and the hook's own parameters; ``build`` turns the rows
+    into this hook's state (under ``key``), warnings, events and ``ctx.attributes``, and touches
+    nothing else, so whoever runs it may run it in another way and get the same run."""
+
+    name: str
+    span: str
+    key: StateKey[Any]
+
+    def before_run(self, ctx: RunContext) -> None: ...
+    def reads(self, ctx: RunContext) -> Sequence[Read]: ...
+    def build(self, ctx: RunContext, rows: Sequence[list[FileData]]) -> None: ...
+    def report(self, ctx: RunContext, span: Span, seconds: float) -> None: ...
 
 
 @runtime_checkable

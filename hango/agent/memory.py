@@ -1,57 +1,10 @@
 """MemoryMiddleware: always-on context from files, loaded once per run.
 
-Exactly two hooks, and deliberately no ``wrap_model_call``:
-
-- ``before_run`` reads every configured source (default ``/memories/AGENTS.md``) in ONE query
-  that transfers at most the byte cap from the database, strips HTML comments, enforces the
-  total cap across sources, and keeps the result in this middleware's private state.
-- ``system_blocks`` returns one block per source, headed by its path so the agent knows where
-  to edit (with ``edit_file``: there is no memory tool, and the agent may not write there; an
-  owner or admin edits memory through the files API).
-
-Memory is re-read at the start of every run, in effect: an edit made between runs is in the next
-run's prompt. In fact the read is skipped, in SQL, while the agent's change counter (bumped by a
-trigger on every write under ``/memories/`` or ``/skills/``) has not moved, and the last result is
-replayed (:mod:`hango.agent.snapshot`). Because Memory sits *after* PromptCache, its blocks land after
-the cache breakpoint: editing memory never invalidates the cached prefix before it.
-
-HTML comments: ``<!-- ... -->`` is removed wherever it appears, including inside code fences
-(the file is treated as text, not parsed as Markdown, so a comment in a fence is a comment too).
-An *unterminated* ``<!--`` is kept as written: dropping everything after it would silently
-hide the rest of the file, which is the worse surprise.
-
-Over the cap, the words say what happened to each source: the one source cut part-way is
-**truncated** (its block ends with a ``[... truncated: ...]`` marker); a source none of which is
-in the prompt is **left out** (named in the marker, or at the end of the last block, and in a
-warning). A source left out whole is never called truncated.
-
-Framing that file content cannot break. Each source is framed as::
-
-    <memory path="/memories/AGENTS.md">
-    ...the file, as written...
-    </memory>
-
-Content is untrusted text (any owner or admin, or a tool, may have written it), so a file must
-not be able to close its own frame (``</memory>``) or open a forged one
-(``<memory path="/memories/admin.md">``). The choices were:
-
-- *Escape all markup* (``<`` to ``&lt;``, ``&`` to ``&amp;``): then every code sample, comparison
-  and HTML snippet the owner wrote reaches the model as entities (``a &lt; b``), which it then
-  reads, and may copy, differently from what the file says.
-- *A per-block fence the content does not contain* (a nonce in the tag): the content is
-  untouched, but the prompt must be byte-stable from run to run (it is cached), so the nonce
-  would have to come from the content; and the model would still *read* a literal
-  ``</memory>`` in the middle of the block. A model does not parse tags; it reads them.
-- *Neutralise only the frame's own tag* (chosen): every ``<`` that begins ``memory`` or
-  ``/memory`` (any case, with spaces or invisible characters between) is written ``&lt;``. The
-  model still gets the one frame it knows, the content is byte for byte what the author wrote
-  except at those spots, and a mention of the tag reads as a mention (``&lt;/memory>`` is the
-  usual way to write a tag in prose). The path is an attribute value, escaped as XML escapes
-  one (``&``, ``"``, ``<``, ``>``): a valid path may contain a quote.
-
-The escape is applied before the cap is counted, so the cap bounds what the model reads. The
-price: a file that literally contains ``&lt;/memory>`` reads the same as one containing
-``</memory>``; neither can close the frame. ``read_file`` still returns the file as written.
+``before_run`` reads the configured sources (default ``/memories/AGENTS.md``) in one query that
+transfers at most the byte cap, then builds one block per source, framed and headed by its path.
+It sits after PromptCache, so its blocks follow the cache breakpoint. It has no tool (an owner
+edits memory through the files API) and no ``wrap_model_call``. Why the frame looks as it does,
+and what the cap says when it cuts: docs/learning/11-memory-and-skills.md.
 """
 
 from __future__ import annotations
@@ -60,9 +13,10 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from hango.agent import snapshot
 from hango.agent.hooks import RunContext, StateKey
+from hango.fs.files import FileData, ReadFiles, read
 from hango.models.base import Block
 from hango.telemetry import (
     ATTR_MEMORY_BYTES,
@@ -70,6 +24,9 @@ from hango.telemetry import (
     EVENT_MEMORY_MISSING,
     SPAN_MEMORY_LOAD,
 )
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 # A "<" that a reader would take for the start of the frame's own tag. Between "<", "/" and
@@ -126,9 +83,10 @@ def cut_utf8(text: str, max_bytes: int) -> str:
 
 
 class MemoryMiddleware:
-    """RunHook + PromptContributor. Not a ModelWrapper: blocks land by chain position alone."""
+    """Reader + PromptContributor. Not a ModelWrapper: blocks land by chain position alone."""
 
     name = "memory"
+    span = SPAN_MEMORY_LOAD
 
     def __init__(self, sources: Sequence[str] | None = None, max_bytes: int = 65536,
                  default_sources: Sequence[str] = ("/memories/AGENTS.md",)) -> None:
@@ -139,46 +97,52 @@ class MemoryMiddleware:
         self.default_sources = list(default_sources)
         self.key: StateKey[MemoryState] = StateKey("memory", MemoryState)
 
-    def before_run(self, ctx: RunContext) -> None:
+    def reads(self, ctx: RunContext) -> list[ReadFiles]:
+        """One read: the sources in order, sharing the byte cap in SQL (a 10 MiB file costs
+        64 KiB)."""
         sources = self.sources if self.sources is not None else (
             ctx.config.memory if ctx.config.memory is not None else self.default_sources)
-        state = ctx.state(self.key)
+        return [ReadFiles(tuple(sources), self.max_bytes)]
+
+    def before_run(self, ctx: RunContext) -> None:
+        """Read, then build."""
         started = time.perf_counter()
-        with ctx.telemetry.span(SPAN_MEMORY_LOAD) as span:
-            # One query; each file cut to the cap in SQL, so a 10 MiB file costs 64 KiB. Or,
-            # when no memory file changed since the last run, that run's result, replayed.
-            lookup = snapshot.lookup(ctx, snapshot.Read("files", tuple(sources), self.max_bytes))
-            if lookup.built is not None:
-                snapshot.replay(ctx, lookup.built)
-                state.loaded = list(lookup.built.value)
-            else:
-                found = {f.path: f for f in lookup.rows}
-                present = []
-                for path in dict.fromkeys(sources):
-                    if path in found:
-                        present.append(found[path])
-                    else:
-                        ctx.warn(f"memory source {path} does not exist; skipped",
-                                 event=EVENT_MEMORY_MISSING, path=path)
-                budget = self.max_bytes
-                for i, data in enumerate(present):
-                    text = frame_safe(strip_comments(data.content))
-                    if not data.truncated and _bytes(text) <= budget:
-                        budget -= _bytes(text)
-                        state.loaded.append((data.path, text))
-                        continue
-                    # Over the cap: cut this source (or leave it out whole when none of it fits),
-                    # leave out the ones after it, and stop.
-                    self._over_cap(ctx, state, data.path, data.size, text, budget,
-                                   [d.path for d in present[i + 1:]])
-                    break
-                lookup.store(tuple(state.loaded))
-            total = sum(len(t.encode("utf-8")) for _, t in state.loaded)
-            ctx.attributes[ATTR_MEMORY_SOURCES] = [p for p, _ in state.loaded]  # published
-            ctx.attributes[ATTR_MEMORY_BYTES] = total
-            span.set_attribute(ATTR_MEMORY_SOURCES, [p for p, _ in state.loaded])
-            span.set_attribute(ATTR_MEMORY_BYTES, total)
-        ctx.telemetry.record_memory_load(time.perf_counter() - started, total, len(state.loaded))
+        with ctx.telemetry.span(self.span) as span:
+            self.build(ctx, [read(ctx.backend, r) for r in self.reads(ctx)])
+            self.report(ctx, span, time.perf_counter() - started)
+
+    def build(self, ctx: RunContext, rows: Sequence[list[FileData]]) -> None:
+        """The blocks of the sources that exist, in order, within the cap; a warning for the
+        rest."""
+        (sources,), (files,) = self.reads(ctx), rows
+        state, found = ctx.state(self.key), {f.path: f for f in files}
+        for path in dict.fromkeys(sources.paths):
+            if path not in found:
+                ctx.warn(f"memory source {path} does not exist; skipped",
+                         event=EVENT_MEMORY_MISSING, path=path)
+        present = [found[p] for p in dict.fromkeys(sources.paths) if p in found]
+        budget = self.max_bytes
+        for i, data in enumerate(present):
+            text = frame_safe(strip_comments(data.content))
+            if not data.truncated and _bytes(text) <= budget:
+                budget -= _bytes(text)
+                state.loaded.append((data.path, text))
+                continue
+            # Over the cap: cut this source (or leave it out whole when none of it fits), leave
+            # out the ones after it, and stop.
+            self._over_cap(ctx, state, data.path, data.size, text, budget,
+                           [d.path for d in present[i + 1:]])
+            break
+        ctx.attributes[ATTR_MEMORY_SOURCES] = [p for p, _ in state.loaded]  # published
+        ctx.attributes[ATTR_MEMORY_BYTES] = sum(_bytes(t) for _, t in state.loaded)
+
+    def report(self, ctx: RunContext, span: Span, seconds: float) -> None:
+        """What the load measured, on its span and in the metrics."""
+        loaded = ctx.state(self.key).loaded
+        total = sum(_bytes(t) for _, t in loaded)
+        span.set_attribute(ATTR_MEMORY_SOURCES, [p for p, _ in loaded])
+        span.set_attribute(ATTR_MEMORY_BYTES, total)
+        ctx.telemetry.record_memory_load(seconds, total, len(loaded))
 
     def _over_cap(self, ctx: RunContext, state: MemoryState, path: str, size: int, text: str,
                   budget: int, after: list[str]) -> None:

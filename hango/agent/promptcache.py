@@ -1,32 +1,11 @@
 """PromptCache: where the cache breakpoints go, and how long the stable prefix lives.
 
-Its position in the stack *is* its behaviour: the stack marks the system breakpoint on the last
-block contributed by the middlewares before it (see ``Stack.build_request``). Everything before
-the breakpoint (tools, the base prompt, the skills index) is one cached prefix; anything after it
-(memory) can change without invalidating that prefix.
-
-Around each model call it also adds a *conversation* breakpoint on the last message, so the
-growing history of a multi-turn run is read from the cache instead of paid again. That makes two
-of the provider's four breakpoints; the rest stay free for callers.
-
-**The prefix TTL** (``prefix_ttl``, setting ``HANGO_CACHE_PREFIX_TTL``, default ``"1h"``). The
-prefix entry must survive until the next memory edit, and memory edits are usually minutes apart.
-A 5-minute entry survives that only if something refreshes it in between, and whether an
-ordinary call (whose read comes from the longer conversation entry) refreshes it is a rule the
-provider's docs leave open. A 1-hour entry survives either way. It costs 2x the base input price
-to write instead of 1.25x, once per prefix write: ``bench/cache_ratio.py`` shows the trade.
-
-**One cache per tenant.** The provider keeps one cache per workspace or organisation, so every
-tenant served with one API key shares it: a prefix one tenant wrote, another reads, and its
-``cache_read_input_tokens`` tells whether a guessed prompt was right. :func:`tenant_scope` is
-the first system block of every request (``Stack.build_request``), a value of the tenant's own
-(a digest of its id), so no tenant's prefix matches another's. The tools come before it on the
-wire and stay shared, so no breakpoint may end on them: a marker on a tool moves onto this block.
-
-**Whatever the caller marked**, the request that leaves here is one the provider accepts: one
-marker per block (the longer TTL wins), and no 1-hour marker after a 5-minute one (a 5-minute
-marker before a 1-hour one is lifted to 1 hour; by the provider's billing rule everything up to
-the last 1-hour breakpoint is written at the 1-hour rate anyway, so the lift costs nothing).
+Its position in the stack *is* its behaviour: the system breakpoint goes on the last block
+contributed before it (tools, base prompt, skills index: one cached prefix; memory after it).
+Around each model call it adds a *conversation* breakpoint on the last message, and makes any
+caller's markers valid (one a block, no 1-hour marker after a 5-minute one). The first system
+block is the tenant's own scope, so no tenant reads another's prefix. Why a 1-hour prefix, and
+why a scope per tenant: docs/learning/11-memory-and-skills.md §4.5 and §4.7.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Agent-written memory under approval: proposals, decisions, and what the agent is told.
 
-In ``ask`` mode (an agent's ``reserved_writes``, or the tenant's ``HANGO_RESERVED_WRITES``), an
-agent's ``write_file`` or ``edit_file`` under ``/memories/`` or ``/skills/`` is not executed.
-:func:`hango.fs.path.check_write` says so (``ApprovalRequired``: the one rule, both doors), and
-the run stops ``interrupted`` with a **proposal**: the path, the operation, the version of the
-file it was made against (none for a new file), and the whole proposed content. That half runs
-inside the run (:mod:`hango.agent.proposing`); this module holds what a proposal is and the
-other half, the decision.
-
-An owner or admin then decides. :func:`approve` writes through the one write path
-(:mod:`hango.fs.writes`: the file cap, the tenant's quota, the file-or-directory rule, the text
-rule), in the transaction that records the decision, *against the base version*: if the file
-changed since, nothing is written and the answer is a :class:`ProposalConflict` carrying the
-fresh diff. :func:`reject` keeps a reason. Who decided,
-when and why stay on the row; deciding again the same way returns the first decision, the other
-way is refused. A proposed ``SKILL.md`` is parsed when it is proposed: an invalid one cannot be
-approved, and the view names the ``allowed_tools`` the agent's allowlist would drop.
-
-Why a gate on a *path prefix*, not on a tool: memory is the one place where a prompt injection
-read in one run becomes an instruction in every later run (memory poisoning). Gating the whole
-``write_file`` tool (deepagents' ``interrupt_on``) would ask about every scratch file; gating the
-prefix asks exactly when a write would outlive the run.
+In ``ask`` mode an agent's write under ``/memories/`` or ``/skills/`` is not executed: the run
+stops ``interrupted`` with a **proposal** (path, operation, base version, whole content). That
+half runs inside the run (:mod:`hango.agent.proposing`); this module is the other half. An owner
+or admin decides: :func:`approve` writes through the one write path, in the transaction that
+records the decision, against the base version (a changed file is a
+:class:`ProposalConflict` with the fresh diff); :func:`reject` keeps a reason. Why a gate on a
+path prefix: docs/learning/11-memory-and-skills.md §14.
 """
 
 from __future__ import annotations
@@ -36,8 +22,9 @@ from hango.db import Database
 from hango.errors import HangoError, VersionConflict
 from hango.fs import writes
 from hango.fs.backend import PostgresBackend, decode_head
+from hango.fs.files import Page
 from hango.fs.history import unified_diff as unified_diff  # re-exported: proposing.py
-from hango.fs.listing import InvalidCursor, Page
+from hango.fs.listing import InvalidCursor
 from hango.fs.path import PREFIX_SKILLS, check_write
 from hango.settings import Settings
 from hango.telemetry import (

@@ -1,27 +1,13 @@
 """``Agent.run()``: before_run hooks, then the loop of model calls and tool calls.
 
-One run::
-
-    before_run hooks, in chain order          (features publish what they measured in
-                                               ctx.attributes; the runtime knows no names)
-    repeat until a final answer, max_steps, or the run's Budget (time, model calls) is spent:
-        assemble the request                  (system blocks in chain order, breakpoint recorded)
-        call the model through the wrappers   (PromptCache adds the conversation breakpoint)
-        run each tool call                    (allowlist first; a refusal is a tool error)
-
-A tool that raises gives the model an error result and the run goes on; a tool the allowlist
-lacks is refused and never executed. Only infrastructure failures (the database is down) end a
-run, with a :class:`hango.db.DatabaseError` that says so. A model that fails (its endpoint is
-down, it sent no usage or a malformed tool call: :class:`~hango.models.base.ModelError`) ends
-the run ``failed``, stop reason ``model_error``, with the error among its warnings.
-
-A tool may also raise :class:`~hango.agent.hooks.Interrupt` (an ask-mode write under a reserved
-prefix does): the call is not executed, the run's state is saved in PostgreSQL (``runs``), and
-the run returns ``interrupted``. :meth:`Agent.resume` continues it in any process: the pending
-call gets the decision as its result, and every request after that keeps the system blocks of
-the interrupted one, so its prefix is byte-identical and the provider reads it from the cache.
-A resume runs each saved call once (:mod:`hango.agent.resuming` says what exactly once means); a
-run that is never interrupted pays nothing for that.
+One run: ``before_run`` hooks in chain order; then, until a final answer, ``max_steps`` or the
+run's Budget: assemble the request, call the model through the wrappers, run each tool call
+(allowlist first). A tool error is the model's to read; only the database being down ends a
+run, and a model that fails ends it ``failed``. A tool may raise
+:class:`~hango.agent.hooks.Interrupt`: the run is saved and returns ``interrupted``, and
+:meth:`Agent.resume` continues it in any process, each saved call once
+(:mod:`hango.agent.resuming`), with the system blocks it started with. The runtime names no
+feature: what a feature measured is in ``ctx.attributes``.
 """
 
 from __future__ import annotations

@@ -1,69 +1,41 @@
 """SkillsMiddleware: progressive disclosure of ``SKILL.md`` files.
 
-``before_run`` finds every ``SKILL.md`` under the configured sources (default ``/skills/``), at
-any depth, in ONE indexed query that returns only the head of each file (never a body), parses
-the frontmatter, and builds an index. ``system_blocks`` puts only ``name — description (path)``
-lines in the prompt; the model reads a skill's instructions with ``read_file`` when it needs them.
-
-The rules, each with a warning the caller can read in ``RunResult.warnings``:
-
-- a later source overrides an earlier one's skill of the same name (last source wins);
-- an invalid file is skipped (``agent.skill_invalid``); one bad skill never fails a run;
-- at most ``HANGO_SKILLS_MAX`` skills, by name; the ones left out are named;
-- at most ``HANGO_SKILLS_INDEX_MAX_BYTES`` (default 16 KiB) of rendered index: the skills are
-  taken in name order while their lines fit, and the rest are left out, all named in ONE warning.
-  The count cap alone let 100 descriptions of 1,024 characters put ~100 KB into every request.
-  The default follows Claude Code, whose skill listing gets "1% of the context window, with a
-  fallback of 8,000 characters" (earlier 15,000, then 2% / 16,000 characters;
-  code.claude.com/docs/en/skills, quoted in notes/skills-and-memory-conventions.md §2.5):
-  16 KiB is about 4,000 tokens, 2% of a 200k-token window, room for ~50 skills with typical
-  ~250-character descriptions. Claude Code shortens descriptions to fit; hango keeps each line
-  whole and leaves out whole skills, so what the model reads of a skill is never half a sentence,
-  and the index is a prefix of the name order (the same skills every run, whatever the sizes);
-- a ``name`` that differs from its folder's name is a warning, and the skill is still indexed
-  under its ``name``. The Agent Skills spec says the name "must match the parent directory name",
-  but its client guide recommends lenient loading (a mismatch warns, the skill loads), as
-  deepagents does; Claude Code needs no name at all. Of the 91 valid files in the vendored corpus
-  (tests/data/skills-corpus) one mismatches: anthropics/skills ``template/`` names itself
-  ``template-skill``. Skipping it would make a working, published skill vanish over a naming rule;
-  the warning tells the author what to rename;
-- ``allowed_tools`` only narrows: a skill's effective tools are ``allowed_tools ∩ allowlist``,
-  and the rest are dropped (``agent.skill_tools_narrowed``). A skill file is content an agent
-  or a user can write, so it must never be able to grant a tool. When nothing is left (every
-  tool dropped, or an empty list declared), the warning says so: after reading that skill the
-  agent can call no tool for the rest of the run.
-
-While a skill is in use: once the agent has read a skill's ``SKILL.md`` in a run, and that skill
-declares ``allowed_tools``, calls outside its effective set are refused until the run ends. Read
-a second such skill and the two sets intersect: in a run, the callable set only ever shrinks.
+``before_run`` reads the head of every ``SKILL.md`` under the sources (default ``/skills/``), at
+any depth, in one bounded query (never a body), parses each frontmatter and builds an index of
+``name — description (path)`` lines; the model reads a skill with ``read_file`` when it needs it.
+Later sources override earlier ones; a bad file is skipped with a warning; the index has a count
+and a byte cap; ``allowed_tools`` only narrows, and while a skill is in use calls outside its set
+are refused. Why each rule is as it is: docs/learning/11-memory-and-skills.md.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from hango.agent import snapshot
-from hango.agent.frontmatter import HEAD_BYTES, Frontmatter, FrontmatterError, parse
+from hango.agent.frontmatter import FENCES, HEAD_BYTES, Frontmatter, FrontmatterError, parse
 from hango.agent.hooks import RunContext, StateKey, ToolCallNext
+from hango.fs.files import FileData, ReadHeads, read
 from hango.models.base import Block, ToolCall, ToolResult
 from hango.telemetry import (
     ATTR_SKILLS_COUNT,
     ATTR_SKILLS_INVALID,
-    ATTR_SKILLS_PARSED,
     EVENT_SKILL_INVALID,
     EVENT_SKILL_TOOLS_NARROWED,
     SPAN_SKILLS_INDEX,
 )
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
 INDEX_HEADER = "## Skills"
 INDEX_FOOTER = ("To use a skill, call read_file on its path for the full instructions "
                 "before you follow it.")
+SKILL_FILE = "SKILL.md"
 _SPACE = re.compile(r"\s+")
-# A line that is exactly ``---`` ends the frontmatter; the scan cuts each head right after it.
-FENCES = (b"\n---\n", b"\n---\r\n")
 
 
 @dataclass(frozen=True)
@@ -81,22 +53,15 @@ class SkillsState:
     index: str | None = None  # the index text, built once per run (not per model call)
     active: frozenset[str] | None = None  # the callable set once a narrowing skill is in use
     in_use: list[str] = field(default_factory=list)
+    invalid: int = 0  # SKILL.md files skipped as invalid
 
 
 def parse_head(head: str) -> Frontmatter | FrontmatterError:
-    """``parse``, with the error as a value. Memoised per agent (see ``before_run``), keyed on
-    the head's exact text, so it can never be stale; no process-wide memo for 10,000 skills or
-    many agents to thrash."""
+    """``parse``, with the error as a value: a function of the head's text alone."""
     try:
         return parse(head)
     except FrontmatterError as exc:
         return exc
-
-
-def memoised(memo: dict[str, object], path: str, head: str) -> Frontmatter | FrontmatterError | None:
-    """The parse of ``head`` that ``memo`` (path -> (head, parse)) holds, if its head is ``head``."""
-    hit = memo.get(path)
-    return hit[1] if isinstance(hit, tuple) and hit[0] == head else None
 
 
 def one_line(text: str) -> str:
@@ -138,92 +103,100 @@ def folder_of(path: str) -> str:
 
 
 class SkillsMiddleware:
-    """RunHook + PromptContributor + ToolWrapper (the narrowing guard)."""
+    """Reader + PromptContributor + ToolWrapper (the narrowing guard)."""
 
     name = "skills"
+    span = SPAN_SKILLS_INDEX
 
     def __init__(self, sources: Sequence[str] | None = None, max_skills: int = 100,
                  default_sources: Sequence[str] = ("/skills/",),
-                 index_max_bytes: int = 16384) -> None:
+                 index_max_bytes: int = 16384,
+                 parse: Callable[[str], Frontmatter | FrontmatterError] = parse_head) -> None:
         """``sources`` overrides the agent's config; ``default_sources`` is the tenant default
-        for an agent whose config names none (``default_stack`` passes the settings' values)."""
+        for an agent whose config names none (``default_stack`` passes the settings' values).
+        ``parse`` reads one head (a faster one may be passed in: it must give the same result)."""
         self.sources = list(sources) if sources is not None else None
         self.max_skills = max_skills
         self.default_sources = list(default_sources)
         self.index_max_bytes = index_max_bytes
+        self.parse = parse
         self.key: StateKey[SkillsState] = StateKey("skills", SkillsState)
 
-    def before_run(self, ctx: RunContext) -> None:
+    def reads(self, ctx: RunContext) -> list[ReadHeads]:
+        """One bounded scan: the head of at most ``max_skills + 1`` files a source (the +1
+        tells a source over the cap), each cut after its frontmatter."""
         sources = self.sources if self.sources is not None else (
             ctx.config.skills if ctx.config.skills is not None else self.default_sources)
+        return [ReadHeads(tuple(sources), SKILL_FILE, HEAD_BYTES, self.max_skills + 1, FENCES)]
+
+    def before_run(self, ctx: RunContext) -> None:
+        """Read, then build."""
+        with ctx.telemetry.span(self.span) as span:
+            self.build(ctx, [read(ctx.backend, r) for r in self.reads(ctx)])
+            self.report(ctx, span, 0.0)
+
+    def build(self, ctx: RunContext, rows: Sequence[list[FileData]]) -> None:
+        """The index: every valid skill by name, later sources first, within both caps."""
+        ((scan,), (heads,)), state = (self.reads(ctx), rows), ctx.state(self.key)
+        heads = self._within_scan(ctx, scan.directories, heads)
+        by_name: dict[str, Skill] = {}
+        parsed: dict[str, Skill | None] = {}
+        for source in scan.directories:
+            for head in (h for h in heads if h.path.startswith(source)):
+                if head.path not in parsed:
+                    parsed[head.path] = self._skill(ctx, head.path, self.parse(head.content))
+                skill = parsed[head.path]
+                if skill is None:
+                    continue
+                earlier = by_name.get(skill.name)
+                if earlier is not None and earlier.path != skill.path:
+                    ctx.warn(f"skill {skill.name!r}: {skill.path} overrides {earlier.path}")
+                by_name[skill.name] = skill  # later sources override earlier ones
+        state.skills, lines = self._within_caps(ctx, sorted(by_name.values(), key=lambda s: s.name))
+        for skill in state.skills:
+            self._narrow(ctx, skill)
+        state.index = index_block(lines) if state.skills else None
+        state.invalid = sum(1 for skill in parsed.values() if skill is None)
+        ctx.attributes[ATTR_SKILLS_COUNT] = len(state.skills)  # published for the chat span
+        ctx.attributes[ATTR_SKILLS_INVALID] = state.invalid
+
+    def _within_scan(self, ctx: RunContext, sources: Sequence[str],
+                     heads: list[FileData]) -> list[FileData]:
+        """The heads without each source's extra one, which only said the source is over the cap."""
+        for source in sources:
+            under = [h.path for h in heads if h.path.startswith(source)]
+            if len(under) > self.max_skills:
+                ctx.warn(f"{source} holds more than HANGO_SKILLS_MAX={self.max_skills} "
+                         f"SKILL.md files; read the first {self.max_skills} by path, "
+                         f"from {under[0]} to {under[self.max_skills - 1]}")
+                heads = [h for h in heads if h.path != under[self.max_skills]]
+        return heads
+
+    def _within_caps(self, ctx: RunContext,
+                     ordered: list[Skill]) -> tuple[list[Skill], list[str]]:
+        """The first skills by name within ``HANGO_SKILLS_MAX`` and the index's byte budget, and
+        their index lines; one warning for each cap that left skills out."""
+        if len(ordered) > self.max_skills:
+            dropped = [s.name for s in ordered[self.max_skills:]]
+            ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_MAX={self.max_skills} "
+                     f"left out: {', '.join(dropped)}")
+            ordered = ordered[: self.max_skills]
+        lines = [index_line(s) for s in ordered]
+        fit = within_budget(lines, self.index_max_bytes)
+        if fit < len(ordered):
+            dropped = [s.name for s in ordered[fit:]]
+            ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_INDEX_MAX_BYTES="
+                     f"{self.index_max_bytes} left out (the index keeps the first skills "
+                     f"by name that fit): {', '.join(dropped)}")
+            ordered, lines = ordered[:fit], lines[:fit]
+        return ordered, lines
+
+    def report(self, ctx: RunContext, span: Span, seconds: float) -> None:
+        """What the index holds, on its span and in the metrics."""
         state = ctx.state(self.key)
-        with ctx.telemetry.span(SPAN_SKILLS_INDEX) as span:
-            # One query, bounded: at most max_skills + 1 files per source (the +1 tells us a
-            # source has more than the cap), and only the head of each file; or, when no skill
-            # file changed since the last run, that run's index, replayed (hango.agent.snapshot).
-            found = snapshot.lookup(ctx, snapshot.Read(
-                "heads", tuple(sources), HEAD_BYTES, name="SKILL.md",
-                max_per_dir=self.max_skills + 1, cut_after=FENCES,
-                salt=(self.max_skills, self.index_max_bytes, ctx.allowlist)))
-            parsed_now = 0  # heads parsed in this run: the rest came from the agent's memo
-            if found.built is not None:
-                snapshot.replay(ctx, found.built)
-                state.skills, state.index, invalid = found.built.value
-            else:
-                memo: dict[str, object] = {}  # path -> (head, its parse), for the next run
-                heads = found.rows
-                for source in sources:
-                    under = [h.path for h in heads if h.path.startswith(source)]
-                    if len(under) > self.max_skills:
-                        ctx.warn(f"{source} holds more than HANGO_SKILLS_MAX={self.max_skills} "
-                                 f"SKILL.md files; read the first {self.max_skills} by path, "
-                                 f"from {under[0]} to {under[self.max_skills - 1]}")
-                        heads = [h for h in heads if h.path != under[self.max_skills]]
-                by_name: dict[str, Skill] = {}
-                parsed: dict[str, Skill | None] = {}
-                for source in sources:  # in order: a later source overrides an earlier one
-                    for head in heads:
-                        if not head.path.startswith(source):
-                            continue
-                        if head.path not in parsed:
-                            fm = memoised(found.memo, head.path, head.content)
-                            if fm is None:
-                                fm, parsed_now = parse_head(head.content), parsed_now + 1
-                            memo[head.path] = (head.content, fm)
-                            parsed[head.path] = self._skill(ctx, head.path, fm)
-                        skill = parsed[head.path]
-                        if skill is None:
-                            continue
-                        earlier = by_name.get(skill.name)
-                        if earlier is not None and earlier.path != skill.path:
-                            ctx.warn(f"skill {skill.name!r}: {skill.path} overrides {earlier.path}")
-                        by_name[skill.name] = skill
-                ordered = sorted(by_name.values(), key=lambda s: s.name)
-                if len(ordered) > self.max_skills:
-                    dropped = [s.name for s in ordered[self.max_skills:]]
-                    ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_MAX={self.max_skills} "
-                             f"left out: {', '.join(dropped)}")
-                    ordered = ordered[: self.max_skills]
-                lines = [index_line(s) for s in ordered]
-                fit = within_budget(lines, self.index_max_bytes)
-                if fit < len(ordered):
-                    dropped = [s.name for s in ordered[fit:]]
-                    ctx.warn(f"{len(dropped)} skill(s) over HANGO_SKILLS_INDEX_MAX_BYTES="
-                             f"{self.index_max_bytes} left out (the index keeps the first skills "
-                             f"by name that fit): {', '.join(dropped)}")
-                    ordered, lines = ordered[:fit], lines[:fit]
-                for skill in ordered:
-                    self._narrow(ctx, skill)
-                state.skills = ordered
-                invalid = sum(1 for skill in parsed.values() if skill is None)
-                state.index = index_block(lines) if ordered else None
-                found.store((ordered, state.index, invalid), memo)
-            ctx.attributes[ATTR_SKILLS_COUNT] = len(state.skills)  # published for the chat span
-            ctx.attributes[ATTR_SKILLS_INVALID] = invalid
-            span.set_attribute(ATTR_SKILLS_COUNT, len(state.skills))
-            span.set_attribute(ATTR_SKILLS_INVALID, invalid)
-            span.set_attribute(ATTR_SKILLS_PARSED, parsed_now)
-        ctx.telemetry.record_skills(len(state.skills), invalid)
+        span.set_attribute(ATTR_SKILLS_COUNT, len(state.skills))
+        span.set_attribute(ATTR_SKILLS_INVALID, state.invalid)
+        ctx.telemetry.record_skills(len(state.skills), state.invalid)
 
     def _skill(self, ctx: RunContext, path: str, fm: Frontmatter | FrontmatterError) -> Skill | None:
         """The skill of one parsed head, or None (with a warning) when it is invalid."""

@@ -1,18 +1,11 @@
 """The middleware stack: chain order decides where every system block lands.
 
 System blocks are assembled at model-call time, in chain order, after the tenant's cache scope
-and the agent's base prompt.
-The ``PromptCache`` middleware marks the breakpoint on the last block contributed before it, so
-the slot a middleware sits in decides whether its blocks are cached:
+and the agent's base prompt; ``PromptCache`` marks the breakpoint on the last block before it.
+``DefaultStack`` pins the slots (a test asserts memory's *index* against the breakpoint's)::
 
-``DefaultStack`` pins the slots in this order (a test asserts it, and asserts the *index* of
-memory's blocks against the breakpoint index, not this list)::
-
-    skills        first: its index and its tool guard apply to everything after it
-    filesystem    read_file, write_file, edit_file, ls, glob
-    subagents     the task tool
-    prompt_cache  the breakpoint goes on the last block above this line
-    memory        after the breakpoint: editing memory must not invalidate the cached prefix
+    skills  filesystem  subagents  prompt_cache | memory   (after the breakpoint: its edits
+                                                            never invalidate the cached prefix)
 """
 
 from __future__ import annotations

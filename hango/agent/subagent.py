@@ -1,28 +1,11 @@
 """Subagents: the ``task`` tool runs another agent and returns only its final answer.
 
-The child is built from *its own* config (its allowlist, its memory and skills sources), works
-in its own namespace ``{tenant_id, child_id}``, and starts with a new run context, so its
-private state (memory blocks, skills index) is empty. Nothing flows back but the answer text:
-not its prompt, not its memory, not its skills metadata.
-
-Chains are bounded. Each agent knows its ``lineage``: the agents whose ``task`` calls led to it,
-outermost first. Before a child runs, the chain ``lineage -> this agent -> child`` is checked:
-
-- a child already in the chain closes a **cycle** (``a -> b -> a``): refused;
-- a chain deeper than ``HANGO_SUBAGENT_MAX_DEPTH`` (default 3; ``a -> b`` is depth 1): refused.
-
-Both are *tool errors* that name the chain, so the model that asked reads why and can answer
-without it; the run goes on. Without them, two agents naming each other recursed until Python's
-recursion limit, about 49 levels down, where the error surfaced inside the connection pool and the
-run ended as "database unavailable". ``AgentConfig`` refuses a config naming itself when it is
-saved; the cycle check also catches such a config stored before that rule existed.
-
-Fan-out is bounded too. A child spends the budget of the run that started it
-(:class:`~hango.agent.hooks.Budget`: the run's deadline, ``HANGO_RUN_MAX_SECONDS``, and its
-model calls, ``HANGO_RUN_MAX_MODEL_CALLS``), so a tree of subagents stops when the run's time or
-calls are spent, however wide it grows; a child is not started once they are. And one turn may
-ask for at most ``HANGO_SUBAGENT_MAX_TASKS_PER_TURN`` tasks: the calls after those are refused, each
-with a tool error naming the setting.
+The child is built from *its own* config (allowlist, memory and skills sources), in its own
+namespace, with a new run context; nothing flows back but the answer text. Chains are bounded:
+a child already in the chain (a cycle) or a chain deeper than ``HANGO_SUBAGENT_MAX_DEPTH`` is a
+tool error naming the chain, and the run goes on. Fan-out too: a child spends the budget of the
+run that started it, and one turn may ask for at most ``HANGO_SUBAGENT_MAX_TASKS_PER_TURN``
+tasks. Why: docs/learning/11-memory-and-skills.md §2.4.
 """
 
 from __future__ import annotations

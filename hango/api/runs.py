@@ -44,6 +44,7 @@ from hango.fs.path import WRITERS
 from hango.models.acting import acting_policy
 from hango.models.base import InvalidRequest, Model
 from hango.models.simulated import SimulatedModel
+from hango.perf import cached_stack
 from hango.settings import Settings, SettingsError
 from hango.telemetry import Telemetry
 
@@ -165,7 +166,8 @@ def model_from_settings(settings: Settings) -> Model:
 
 
 def _server_agent(request: Request, agent: _Agent, config: AgentConfig | None = None) -> Agent:
-    """The agent, with the server's one model (its prompt cache outlives a request: a resumed
+    """The agent, on the cached stack (the server's choice: one round trip before a run), with
+    the server's one model (its prompt cache outlives a request: a resumed
     run reads what the interrupted one wrote) and one :class:`Telemetry` (a new one per request
     would cost its instruments each time, and the API's proxy providers keep every one).
     Tests and notebooks may set ``app.state`` ``hango_model``, ``hango_telemetry``,
@@ -178,7 +180,7 @@ def _server_agent(request: Request, agent: _Agent, config: AgentConfig | None = 
         except SettingsError as exc:
             raise HTTPException(503, f"no model to run with: {exc}") from None
     return Agent(agent.db, agent.principal.tenant_id, agent.agent_id, state.hango_model,
-                 settings=settings, telemetry=_telemetry(request), config=config,
+                 stack=cached_stack, settings=settings, telemetry=_telemetry(request), config=config,
                  run_ids=getattr(state, "hango_run_ids", None), started_by=_who(request, agent))
 
 

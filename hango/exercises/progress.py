@@ -2,45 +2,19 @@
 
 Every notebook's first cell drops and recreates its own tenant, so a pass cannot be kept in one:
 it is kept per *learner*, in the table ``exercise_passes``, beside the tenants and not inside
-them. The learner is ``HANGO_LEARNER``, or the login name. :func:`check` records each pass (the
+them. The learner is ``HANGO_LEARNER``, or the login name. ``check`` records each pass (the
 first one counts; running a solution again changes nothing) and :func:`progress` shows, in any
 notebook, what is passed and what comes next. What a pass verified is kept with it.
 """
 
 from __future__ import annotations
 
-import getpass
-import re
 from typing import TYPE_CHECKING
 
-from hango.exercises._core import EXERCISES, NOTEBOOKS
+from hango.exercises._core import EXERCISES, NOTEBOOKS, Course
 
 if TYPE_CHECKING:
     from hango.db import Database
-    from hango.notebook import Course
-
-LEARNER_PATTERN = r"^[A-Za-z0-9._@-]{1,64}$"
-
-
-def learner_name(setting: str | None = None) -> str:
-    """``HANGO_LEARNER`` when set, else the login name (made fit for the table: other characters
-    become ``-``)."""
-    if setting is not None:
-        return setting
-    try:
-        login = getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a container's arbitrary user)
-        login = "learner"
-    return re.sub(r"[^A-Za-z0-9._@-]", "-", login)[:64] or "learner"
-
-
-def record(db: Database, learner: str, exercise_id: str, verified: str) -> None:
-    """Keep a pass (the first one stays)."""
-    with db.app() as conn:
-        conn.execute("INSERT INTO exercise_passes (learner, exercise_id, verified)"
-                     " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                     [learner, exercise_id, verified[:2000]])
-
 
 def passed(db: Database, learner: str) -> dict[str, str]:
     """``{exercise id: what its check verified}`` for every exercise ``learner`` passed."""

@@ -3,7 +3,7 @@
 Nothing here is unbounded (issue 10): a listing comes in :class:`Page` s of at most
 ``HANGO_LIST_PAGE_MAX`` entries, each page holding an opaque cursor to the next. A cursor names
 the last path of its page, never an offset, so a page costs the same index probes wherever it
-starts. :class:`hango.fs.backend.PostgresBackend` ``ls``, ``glob`` and ``glob_entries`` call in.
+starts. Each function takes the :class:`~hango.fs.files.Namespace` it lists.
 """
 
 from __future__ import annotations
@@ -12,17 +12,14 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar
 
 from hango.errors import HangoError
+from hango.fs.files import Entry, Namespace, Page
 from hango.fs.path import PathError, clean_dir
 
 if TYPE_CHECKING:
-    from hango.fs.backend import PostgresBackend
-
-T = TypeVar("T")
+    from hango.settings import Settings
 
 
 class InvalidCursor(HangoError, ValueError):
@@ -31,25 +28,13 @@ class InvalidCursor(HangoError, ValueError):
     status: ClassVar[int] = 422
 
 
-@dataclass(frozen=True)
-class Entry:
-    path: str
-    is_dir: bool
-    size: int = 0
-    version: int = 0
-
-
-class Page(list[T]):
-    """One page of a listing: a plain list, plus ``next_cursor`` (``None`` on the last page).
-
-    Pass ``next_cursor`` back as ``cursor`` to get the next page. A cursor is opaque: it holds
-    the last path of this page (keyset pagination: the next page starts *after* it in the
-    primary key, never at an offset), and the listing it belongs to.
-    """
-
-    def __init__(self, items: Iterable[T] = (), next_cursor: str | None = None) -> None:
-        super().__init__(items)
-        self.next_cursor = next_cursor
+def page_size(settings: Settings, limit: int | None) -> int:
+    """``limit``, or the default page size, never above ``HANGO_LIST_PAGE_MAX``."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit < 1):
+        raise ValueError(f"limit must be a positive whole number, got {limit!r}")
+    return min(limit if limit is not None else settings.list_page_default,
+               settings.list_page_max)
 
 
 def encode_cursor(kind: str, query: str, after: str) -> str:
@@ -94,7 +79,7 @@ def glob_to_regex(pattern: str) -> str:
     return "^" + "".join(out) + "$"
 
 
-def ls(backend: PostgresBackend, path: str = "/", limit: int | None = None,
+def ls(backend: Namespace, path: str = "/", limit: int | None = None,
        cursor: str | None = None) -> Page[Entry]:
     """One page of a directory's direct children, in byte order of their path (a directory's
     path ends with ``/``): files with size and version, and subdirectories.
@@ -105,7 +90,7 @@ def ls(backend: PostgresBackend, path: str = "/", limit: int | None = None,
     ``n`` entries costs ``n + 1`` index probes, however many files the directory holds.
     """
     directory = clean_dir(path)
-    size = backend.page_size(limit)
+    size = page_size(backend.settings, limit)
     if cursor is None:
         lo = directory
     else:
@@ -137,7 +122,7 @@ def ls(backend: PostgresBackend, path: str = "/", limit: int | None = None,
                                           strpos(substr(f.path, %(k)s), '/') > 0 AS is_dir) c
                     WHERE w.n <= %(n)s)
                SELECT child, is_dir, size, version FROM walk ORDER BY n""",
-            {**backend._ns(), "lo": lo, "hi": directory[:-1] + "0", "dir": directory,
+            {**backend.ns(), "lo": lo, "hi": directory[:-1] + "0", "dir": directory,
              "k": len(directory) + 1, "n": size},
         ).fetchall()
     entries = [
@@ -150,7 +135,7 @@ def ls(backend: PostgresBackend, path: str = "/", limit: int | None = None,
                 encode_cursor("ls", directory, entries[size - 1].path) if more else None)
 
 
-def glob_entries(backend: PostgresBackend, pattern: str, limit: int | None = None,
+def glob_entries(backend: Namespace, pattern: str, limit: int | None = None,
                  cursor: str | None = None) -> Page[Entry]:
     """One page of the files matching ``pattern``, with each file's size and version.
 
@@ -166,7 +151,7 @@ def glob_entries(backend: PostgresBackend, pattern: str, limit: int | None = Non
         clean_dir(re.sub(r"[*?]", "x", pattern))
     except PathError as exc:
         raise PathError(pattern, exc.rule) from None
-    size = backend.page_size(limit)
+    size = page_size(backend.settings, limit)
     scan = backend.settings.glob_scan_max
     literal = re.split(r"[*?]", pattern, maxsplit=1)[0]
     prefix = literal[: literal.rfind("/") + 1]
@@ -187,7 +172,7 @@ def glob_entries(backend: PostgresBackend, pattern: str, limit: int | None = Non
                             ORDER BY path LIMIT %(scan)s) s) x
                 WHERE hit OR n = %(scan)s
                 ORDER BY path LIMIT %(rows)s""",
-            {**backend._ns(), "re": glob_to_regex(pattern), "lo": lo,
+            {**backend.ns(), "re": glob_to_regex(pattern), "lo": lo,
              "hi": prefix[:-1] + "0", "scan": scan, "rows": size + 2},
         ).fetchall()
     hits = [Entry(p, False, int(b), int(v)) for p, b, v, hit, _ in rows if hit]

@@ -1,7 +1,7 @@
-"""The write path of :class:`hango.fs.backend.PostgresBackend`: ``write``, ``edit``, ``delete``.
+"""The one write path of the agent files: ``write``, ``edit`` and ``delete`` of a namespace.
 
 Each is one transaction, or a savepoint in the caller's when the backend works inside one
-(:meth:`~hango.fs.backend.PostgresBackend.within`: approving a proposal writes the file and the
+(``PostgresBackend.within``: approving a proposal writes the file and the
 decision together). A file carries a ``version`` for optimistic concurrency: pass
 ``if_version`` and a write that lost a race is refused with :class:`VersionConflict` instead of
 silently overwriting (``if_version=0``: only if the file does not exist yet). No write makes a
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
@@ -35,14 +35,12 @@ from hango.errors import (
     QuotaExceeded,
     VersionConflict,
 )
+from hango.fs.files import Namespace
 from hango.fs.path import clean, reserved_prefix
-
-if TYPE_CHECKING:
-    from hango.fs.backend import PostgresBackend
 
 
 @contextmanager
-def writing(backend: PostgresBackend) -> Iterator[psycopg.Connection[Any]]:
+def writing(backend: Namespace) -> Iterator[psycopg.Connection[Any]]:
     """A write transaction: the tenant's quotas set for the database to enforce, and the
     database's refusals (quota, file-or-directory) turned into hango's exceptions."""
     try:
@@ -109,7 +107,7 @@ def kept_under(path: str) -> str | None:
     return prefix if prefix is not None and path.startswith(prefix) else None
 
 
-def history_lock(conn: Any, backend: PostgresBackend, path: str) -> bool:
+def history_lock(conn: Any, backend: Namespace, path: str) -> bool:
     """Whether ``path`` keeps a history (it is under a reserved prefix); if so, take the lock
     writers of the agent's ``/memories/`` (or ``/skills/``) queue on: the one the
     file-or-directory trigger takes (schema.sql), taken first, so each writer copies the version
@@ -122,20 +120,20 @@ def history_lock(conn: Any, backend: PostgresBackend, path: str) -> bool:
     return prefix is not None
 
 
-def keep_previous(conn: Any, backend: PostgresBackend, path: str, if_version: int | None,
+def keep_previous(conn: Any, backend: Namespace, path: str, if_version: int | None,
                   *, deleting: bool = False) -> None:
     """Under a reserved prefix: copy the file's current version (if it is ``if_version``, when
     given) into its history, the oldest pruned first so at most ``HANGO_HISTORY_MAX_VERSIONS``
     stay."""
     if not history_lock(conn, backend, path):
         return
-    params = {**backend._ns(), "p": path, "v": if_version, "gone": deleting,
+    params = {**backend.ns(), "p": path, "v": if_version, "gone": deleting,
               "by": backend.author, "k": backend.settings.history_max_versions}
     conn.execute(_PRUNE, params)
     conn.execute(_KEEP, params)
 
 
-def write(backend: PostgresBackend, path: str, content: str, if_version: int | None = None,
+def write(backend: Namespace, path: str, content: str, if_version: int | None = None,
           *, proposal_id: str | None = None, restored_from: int | None = None) -> int:
     """Create or replace a file; return its new version. ``proposal_id``, ``restored_from``:
     where the content came from (an approved proposal, a restored version), kept with it."""
@@ -146,7 +144,7 @@ def write(backend: PostgresBackend, path: str, content: str, if_version: int | N
     data = text_bytes(path, content)  # at most 16 x cap bytes
     if len(data) > cap:
         raise FileTooLarge(path, len(data), cap)
-    params = {**backend._ns(), "p": path, "c": data, "s": len(data), "v": if_version,
+    params = {**backend.ns(), "p": path, "c": data, "s": len(data), "v": if_version,
               "by": backend.author, "pr": proposal_id, "rf": restored_from}
     first = _FIRST if kept_under(path) is not None else "1"  # only a history has a number to follow
     insert = f"""INSERT INTO agent_files (tenant_id, agent_id, path, content, size, version,
@@ -184,17 +182,17 @@ def write(backend: PostgresBackend, path: str, content: str, if_version: int | N
         return int(row[0])
 
 
-def _version(backend: PostgresBackend, conn: Any, path: str) -> int | None:
+def _version(backend: Namespace, conn: Any, path: str) -> int | None:
     row = conn.execute(
         "SELECT version FROM agent_files WHERE tenant_id = %(t)s AND agent_id = %(a)s"
         " AND path = %(p)s",
-        {**backend._ns(), "p": path},
+        {**backend.ns(), "p": path},
     ).fetchone()
     return None if row is None else int(row[0])
 
 
 def edit(
-    backend: PostgresBackend, path: str, old: str, new: str, *, replace_all: bool = False,
+    backend: Namespace, path: str, old: str, new: str, *, replace_all: bool = False,
     if_version: int | None = None,
 ) -> int:
     """Replace the exact text ``old`` with ``new``; ``old`` must occur once (or ``replace_all``).
@@ -218,7 +216,7 @@ def edit(
             """SELECT CASE WHEN size <= %(cap)s OR %(shrinks)s THEN content END, version, size
                  FROM agent_files
                 WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s FOR UPDATE""",
-            {**backend._ns(), "p": path, "cap": cap, "shrinks": len(new_b) < len(old_b)},
+            {**backend.ns(), "p": path, "cap": cap, "shrinks": len(new_b) < len(old_b)},
         ).fetchone()
         if row is None:
             raise FileNotFound(path)
@@ -251,13 +249,13 @@ def edit(
                       proposal_id = NULL, restored_from = NULL
                 WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
             RETURNING version""",
-            {**backend._ns(), "p": path, "c": data, "s": len(data), "by": backend.author},
+            {**backend.ns(), "p": path, "c": data, "s": len(data), "by": backend.author},
         ).fetchone()
         assert new_version is not None
         return int(new_version[0])
 
 
-def delete(backend: PostgresBackend, path: str, if_version: int | None = None) -> None:
+def delete(backend: Namespace, path: str, if_version: int | None = None) -> None:
     """Delete a file. Under a reserved prefix its last version stays in its history (marked
     deleted), so it can be restored. No quota is set: a delete is never refused for one."""
     path = clean(path)
@@ -268,7 +266,7 @@ def delete(backend: PostgresBackend, path: str, if_version: int | None = None) -
                 WHERE tenant_id = %(t)s AND agent_id = %(a)s AND path = %(p)s
                   AND (%(v)s::bigint IS NULL OR version = %(v)s::bigint)
             RETURNING version""",
-            {**backend._ns(), "p": path, "v": if_version},
+            {**backend.ns(), "p": path, "v": if_version},
         ).fetchone()
         if row is None:
             actual = _version(backend, conn, path)

@@ -1,16 +1,10 @@
 """``acting_policy``: the offline model that acts, on a few conventions a learner can type.
 
-Unlike ``echo_policy`` (the simulator's default, which never calls a tool), it acts the way a
-real model would, from what a real model sees: the prompt, the system blocks (memory in
-``<memory path="...">`` frames, the ``## Skills`` index), the tools offered, the tool results.
-It follows :data:`CONVENTIONS`, matched in the phrasings a learner types (``remember that ...``,
-``please note for the future that ...``, ``don't forget ...``); a prompt that matches none gets
-that table. ``hango serve`` runs it; ``SimulatedModel()`` keeps its echo unless given
-``policy=acting_policy``. Its usage is the simulator's cache accounting, like any policy's.
-
-Unlike a real model it plans by rules: one tool call per turn, then an answer that says what
-happened. It calls only the tools offered (the allowlist decides), and passes a subagent's name
-as given (``task`` names none; a wrong one comes back as the tool's error). Deterministic.
+Unlike ``echo_policy`` (the simulator's default, which never calls a tool), it acts from what a
+real model sees (the prompt, memory frames, the skills index, the tools offered, tool results),
+following :data:`CONVENTIONS` (``remember that ...``, a skill by name, a file, a subagent); a
+prompt that matches none gets that table. ``hango serve`` runs it. Unlike a real model it plans
+by rules: one tool call per turn, only tools offered, deterministic.
 """
 
 from __future__ import annotations

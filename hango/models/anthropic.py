@@ -1,23 +1,11 @@
 """``AnthropicModel``: the :class:`~hango.models.base.Model` interface over the real Messages API.
 
-The optional extra (``pip install hango[anthropic]``); nothing else imports this module. It is a
-thin translation, so that a notebook can swap the simulator for the real API and compare usage:
-
-- The body is :func:`hango.models.base.wire_request`, the one renderer the simulator prices too:
-  ``ToolSpec`` → ``tools=[{name, description, input_schema}]`` (``{"type": "object",
-  "properties": {}}`` for a tool without parameters); ``Block`` → ``system=[{type: "text",
-  text}]`` (the array form: an explicit ``cache_control`` needs it; blank blocks are left out);
-  ``Message`` → ``messages`` with ``tool_result`` blocks before the text of a user turn, and the
-  text before the ``tool_use`` blocks of an assistant turn.
-- Each ``Breakpoint`` becomes ``"cache_control": {"type": "ephemeral"}`` (plus ``"ttl": "1h"``)
-  on that tool, that system block, or the *last* content block of that message. A request the
-  provider would refuse (a fifth marker, a 1-hour marker after a 5-minute one, an index outside
-  its tier, an empty message) raises :class:`~hango.models.base.InvalidRequest` before anything
-  is sent, with the same message the simulator gives.
-- Usage comes back as :class:`~hango.models.base.Usage`; the cache counts may be ``null`` on the
-  wire and become 0. ``input_tokens`` stays the uncached remainder, as the API reports it.
-- ``diagnostics=True`` opts in to the provider's cache diagnostics: each call sends the previous
-  response's id, and ``cache_miss_reason`` comes back as ``Response.diagnostics``.
+The optional extra (``pip install hango[anthropic]``); nothing else imports this module. A thin
+translation: the body is :func:`hango.models.base.wire_request`, the one renderer the simulator
+prices too, so the two agree on every byte and refuse the same requests
+(:class:`~hango.models.base.InvalidRequest`) before anything is sent. Usage comes back as
+:class:`~hango.models.base.Usage`. The wire mapping, field by field:
+docs/learning/11-memory-and-skills.md, Appendix D.
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """``chat_request``: a :class:`~hango.models.base.Request` as a Chat Completions body.
 
-The one renderer for this wire, as :func:`~hango.models.base.wire_request` is for the Messages
-API: ``OpenAIModel`` sends its result and the simulator's automatic-prefix regime prices its
-result, so the two agree on every byte.
-
-This wire has no cache breakpoint to place. The server's chat template turns the body into one
-token stream, and an automatic prefix cache reuses only the longest unchanged start of that
-stream. Templates disagree on where the tool definitions go: Qwen2.5/Qwen3 put them at the end
-of the system message, Llama 3.x at the start of the first message after it, Mistral before the
-last user message. So anything inside the system message may sit *before* the tools, and an edit
-there loses them. Hence the one rule of this renderer:
-
-- the system blocks up to the request's system breakpoint (base prompt, skills index) are the
-  **system message**;
-- the blocks after it (memory) open the **first user message**, before the user's own text;
-- a tenant's cache-scope block (the request's first, :func:`~hango.models.base.cache_scope`)
-  opens both: Mistral's templates put the system text before the *last* user message, so the
-  stream starts with the first user message, and that start must be the tenant's own too.
-
-In every template above that lands memory after the tools, the base prompt and the skills
-index. It is text of the first user turn, not a message of its own: Mistral's templates refuse
-two user messages in a row and newer Qwen ones a second system message, while Ollama merges both
-into one anyway (docs/learning/11-memory-and-skills.md, "Any model" says which templates were
-read). A request without a system breakpoint keeps every block in the system message.
-
-Tool calls go out as ``tool_calls`` with their arguments as canonical JSON text (sorted keys:
-the same arguments are the same bytes, or the cache misses); tool results as ``tool`` messages
-before the user's text of the same turn.
+The one renderer for this wire: ``OpenAIModel`` sends it and the simulator's automatic-prefix
+regime prices it. This wire has no breakpoint, so the one rule: the system blocks up to the
+request's system breakpoint are the **system message**; the blocks after it (memory) open the
+**first user message**, which in every chat template read lands them after the tools
+(docs/learning/11-memory-and-skills.md §4.6 says which). A tenant's cache-scope block
+(:func:`~hango.models.base.cache_scope`) opens both messages: Mistral's templates start the
+stream at the first user message, and that start must be the tenant's own too. Tool arguments go
+out as canonical JSON (the same arguments are the same bytes).
 """
 
 from __future__ import annotations

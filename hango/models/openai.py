@@ -1,20 +1,11 @@
 """``OpenAIModel``: the :class:`~hango.models.base.Model` interface over Chat Completions.
 
 The optional extra (``pip install 'hango[openai]'``), on the official ``openai`` SDK, for any
-server that speaks the OpenAI Chat Completions API with tools: OpenAI itself, Ollama
-(``http://localhost:11434/v1``), vLLM, llama.cpp's ``llama-server``, LM Studio. The SDK's own
-variables choose the server: ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``.
-
-- The body is :func:`hango.models.chat.chat_request`, the one renderer the simulator's automatic
-  prefix regime prices too (memory opens the first user message, after the tools).
-- Usage: ``prompt_tokens`` counts the cached part *inside* it (OpenAI's convention), so
-  ``cache_read_input_tokens = prompt_tokens_details.cached_tokens``,
-  ``cache_creation_input_tokens = prompt_tokens_details.cache_write_tokens`` (where a provider
-  reports paid writes, else 0), and ``input_tokens`` the rest. A server that reports no cached
-  count gives ``cache_read_input_tokens=None``: unknown, not 0.
-- Every failure is a :class:`~hango.models.base.ModelError` naming the endpoint: unreachable, an
-  HTTP error (with the server's own message), no usage, no choice, a tool call whose arguments
-  are not a JSON object, a usage that does not add up.
+server that speaks Chat Completions with tools (OpenAI, Ollama, vLLM, llama.cpp, LM Studio);
+``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` choose it. The body is
+:func:`hango.models.chat.chat_request`; usage is mapped from OpenAI's convention (the cached part
+inside ``prompt_tokens``); every failure is a :class:`~hango.models.base.ModelError` naming the
+endpoint. The mapping: docs/learning/11-memory-and-skills.md, Appendix D.
 """
 
 from __future__ import annotations

@@ -1,37 +1,10 @@
 """Automatic prefix caching: the simulator's second regime (OpenAI, vLLM, llama.cpp and alike).
 
 Unlike the explicit regime of :mod:`hango.models.simulated` (Anthropic's breakpoints), nothing
-in the request marks what to cache: the server renders the Chat Completions body into one token
-stream and reuses the longest start of it that an earlier call left in its cache. What it
-prices is :func:`hango.models.chat.chat_request`, the body ``OpenAIModel`` sends.
-
-**The rules** (notes/prompt-caching.md §1.12-1.13, and the providers' pages named there):
-
-1. The cache holds *prefixes* of earlier prompts, cut at a granularity: OpenAI's (a prompt of
-   at least 1,024 tokens, then steps of 128: a hit is 1,024, 1,152, 1,280 ... tokens), a block
-   size (vLLM reuses whole KV blocks of ``block_size`` tokens) or ``"exact"`` (llama.cpp reuses
-   the common prefix token by token).
-2. A call reads the longest cut of its own prompt that is in the cache, from token 0: a change
-   at token N loses everything after N, whatever the layout.
-3. Every call writes its whole prompt (every cut of it); there is no breakpoint to place.
-4. An entry is dropped after ``idle_seconds`` without a call that used it (OpenAI: "5 to 10
-   minutes of inactivity", at most an hour), or, past ``capacity_tokens``, least recently used
-   first, the longest prefix first among equals (vLLM's eviction order).
-5. Usage in the OpenAI convention: ``prompt_tokens`` is the whole prompt, the cached part inside
-   it. Writes are free on most servers (nothing is reported); with ``paid_writes`` (OpenAI's
-   GPT-5.6 and later) the newly cached part is reported as ``cache_write_tokens`` and billed 1.25x.
-
-**[assumption]s**, each a documented choice:
-
-a. Tokens are the explicit regime's approximation, four UTF-8 bytes each, cut per message, plus
-   4 tokens of role header per message and 3 per tool definition and per tool call.
-b. The reference template renders the system message first, then the tool definitions, then
-   the other messages in order (Qwen2.5/Qwen3's layout, and Llama 3.x's up to where its tools
-   sit). What matters for the lesson is only that the tools come after the system text.
-c. OpenAI's idle lifetime is taken as its lower bound, 300 s (``alive while now < last use +
-   idle``); the server's routing (the first ~256 tokens choose a machine) is taken as always
-   finding the entry.
-d. Calls are sequential, as in the explicit regime.
+marks what to cache: the server renders the Chat Completions body
+(:func:`hango.models.chat.chat_request`) into one token stream and reuses the longest start of
+it that an earlier call left in its cache. Its five rules and four assumptions, each with its
+source: docs/learning/11-memory-and-skills.md, Appendix D.
 """
 
 from __future__ import annotations

@@ -1,91 +1,12 @@
 """``SimulatedModel``: an offline, deterministic model whose *usage* follows a provider's rules.
 
-Two caching regimes, chosen by ``SimulatedModel(caching=...)``: ``"explicit"`` (the default,
-described here: Anthropic's breakpoints, priced on the Messages API body) and ``"automatic"``
-(automatic prefix caching as OpenAI, vLLM and llama.cpp do it, priced on the Chat Completions
-body; :mod:`hango.models.prefixcache` documents its rules and assumptions).
-
-Why simulate? The lessons are about what a prompt layout costs: which blocks are read from the
-cache, which are written, and which are paid in full on every call. Those numbers come from the
-provider's documented rules (``notes/prompt-caching.md`` §1), not from the model's answer, so an
-offline model can reproduce them exactly and for free, and a notebook gives the same numbers on
-every run.
-
-**Tokens.** Anthropic's tokenizer is not public; its token-counting endpoint is the only exact
-source. The simulator uses one documented approximation everywhere, :func:`count_tokens`:
-``ceil(utf8_bytes / 4)``. Each block adds ``BLOCK_OVERHEAD`` (3) tokens, and each message adds
-``MESSAGE_OVERHEAD`` (4) tokens for its role header, charged to its first block:
-
-    tool definition   count_tokens(json {name, description, input_schema}) + 3
-    system block      count_tokens(text) + 3
-    message text      count_tokens(text) + 3
-    tool_use          count_tokens(json {name, input}) + 3
-    tool_result       count_tokens(content) + 3
-
-So a system block of 400 ASCII characters is exactly 103 tokens. Output tokens are
-``count_tokens(text)`` plus ``count_tokens(json {name, input})`` per tool call.
-
-**What is priced.** The simulator never reads a :class:`~hango.models.base.Request` directly:
-it prices ``wire_request(request)``, the very body ``AnthropicModel`` sends (the tool schema of a
-tool without parameters, blank system blocks left out, one marker per block, the provider's
-400s for a fifth marker, a 1-hour marker after a 5-minute one, an index outside its tier or an
-empty message). So the two agree by construction, and refuse the same requests with the same
-:class:`~hango.models.base.InvalidRequest` message.
-
-**Positions.** The prompt is a list of positions in ``tools → system → messages`` order: one per
-tool, one per system block, and one per content block of each message, except that a run of
-``tool_use`` blocks is one position, and so is a run of ``tool_result`` blocks. A marker on a
-message is on its *last* content block.
-
-**The cache** (notes §1.11, steps 1-7): at most 4 breakpoints; a prefix hash per position (model
-name + the canonical bytes of every position so far, markers excluded); each breakpoint looks back
-over at most 20 positions, itself included, for an entry an earlier request *wrote*; entries are
-written only at breakpoints whose prefix reaches the model's minimum; a 5-minute (or ``"1h"``)
-lifetime counted from the start of the request, refreshed by a read. With ``A`` = tokens through
-the highest hit, ``B`` = tokens through the highest 1-hour breakpoint above ``A``, ``C`` = tokens
-through the last breakpoint: ``cache_read = A``, ``cache_creation = C - A`` (of which ``B - A`` at
-1 hour) and ``input_tokens = total - C``, the uncached tail.
-
-Choices the provider's docs leave open (each an **[assumption]**, as notes §1.11 calls them).
-Number 11 changes figures hango's stack produces, so it is a switch; the others are fixed, and
-each says why.
-
-1. Tool definitions and system blocks count one lookback position each. (Fixed: hango's prefix
-   entry is found by the prefix breakpoint itself, the first position of its own window, so how
-   many positions the blocks before it take never changes a figure.)
-2. Runs of ``tool_use`` / ``tool_result`` blocks collapse within one message only. (Fixed: the
-   renderer never puts two messages of one role in a row.)
-3. A user message renders its tool results before its text; an assistant message its text before
-   its tool calls (the order the Messages API expects). A blank text is no block; a message left
-   with no block is refused, as the provider refuses empty text blocks.
-4. ``Block.source`` is bookkeeping, not prompt bytes: it is not hashed and costs no tokens.
-5. Two breakpoints on the same block are one marker (the longer TTL wins); a breakpoint on a
-   blank system block moves to the block before it. (Rendering choices, not provider rules:
-   one block carries one ``cache_control`` on the wire.)
-6. The only hash salt is the model name: ``Request`` has no tool_choice, images or thinking.
-7. Calls are sequential: an entry is visible to the next request at once (no time-to-first-token).
-   An entry is alive while ``start < expires_at``.
-8. The model is ``request.model``, or the instance's ``name`` when the request leaves it empty.
-9. If no breakpoint reaches the minimum, nothing is read or written (§1.11 step 5). A breakpoint
-   below the minimum writes no entry, so a 1-hour one there bills nothing at the 1-hour rate. A
-   model missing from :data:`MIN_CACHEABLE` gets the strictest known minimum, with a warning.
-10. Diagnostics compare with the previous request this instance answered (like the provider's
-    ``previous_message_id``). ``miss_reason`` is ``None`` when the call read everything up to its
-    last breakpoint, or everything the previous request had cached (the rest is new content).
-    ``outside_lookback`` is the simulator's own reason for an unchanged prefix whose live entry
-    is more than 20 positions back. ``missed_input_tokens`` = tokens the previous request cached
-    minus tokens read now.
-11. **Which entries a read refreshes: a switch,** ``SimulatedModel(refresh=...)``. The docs say
-    only "the cache is refreshed for no additional cost each time the cached content is used".
-    ``"longest"`` (:data:`DEFAULT_REFRESH`): only the entry the read was billed from (``A``).
-    ``"all"``: every entry any breakpoint found. The default is ``"longest"`` because the docs
-    describe a read as a walk backward from a breakpoint that stops at the first entry it finds
-    (so an earlier breakpoint's entry is not looked up when a later one matches), and because it
-    is the reading that never promises a saving the other would deny. It decides the lesson only
-    when memory edits are more than 5 minutes apart and the prefix has a 5-minute TTL
-    (``bench/cache_ratio.py``, notebook 06 §7); ``bench/provider_check.py`` measures it.
-12. A read keeps the entry's TTL class: a 5-minute entry that is read stays a 5-minute entry
-    (notes §1.6, inferred). (Fixed: hango never marks one prefix with two TTLs.)
+Two caching regimes (``caching=``): ``"explicit"``, Anthropic's breakpoints priced on the very
+Messages API body ``AnthropicModel`` sends, and ``"automatic"`` (:mod:`hango.models.prefixcache`).
+The lessons are about what a prompt layout costs, and those numbers come from the provider's
+documented rules, not from the answer: an offline model reproduces them exactly, for free, the
+same on every run. Tokens are one documented approximation, :func:`count_tokens`. Its rules, and
+the twelve choices the provider's docs leave open: docs/learning/11-memory-and-skills.md,
+Appendix D.
 """
 
 from __future__ import annotations

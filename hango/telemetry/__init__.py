@@ -9,9 +9,9 @@
   :mod:`~hango.telemetry.server` is ``hango serve``'s, from the environment;
 * :mod:`~hango.telemetry.prometheus`: Prometheus series names and ``/metrics``.
 
-Everything is re-exported here, so ``from hango.telemetry import X`` keeps working. The SDK
-modules (setup, configured, server) load on first use: importing this package, as every
-middleware does, loads no SDK and no exporter.
+Everything is re-exported here, so ``from hango.telemetry import X`` keeps working. Only the
+catalogue loads with the package; every other module loads on the first use of one of its names,
+so a middleware that imports its names loads no OpenTelemetry at all, and no SDK or exporter.
 """
 
 from __future__ import annotations
@@ -19,12 +19,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from hango.telemetry.content import (
-    capture_from_env,
-)
-from hango.telemetry.facade import (
-    Telemetry,
-)
 from hango.telemetry.names import (
     ATTR_CACHE_MISS_REASON,
     ATTR_CACHE_MISSED_INPUT_TOKENS,
@@ -119,7 +113,6 @@ from hango.telemetry.names import (
     PROPOSAL_OUTCOMES,
     RUN_ATTRIBUTES,
     SCOPE,
-    SCOPE_VERSION,
     SESSION_ID,
     SPAN_BEFORE_RUN,
     SPAN_DECIDE,
@@ -136,15 +129,6 @@ from hango.telemetry.names import (
     field_name,
     published,
 )
-from hango.telemetry.prometheus import (
-    LOOPBACK,
-    add_metrics_route,
-    prometheus_label,
-    prometheus_meter_provider,
-    prometheus_name,
-    prometheus_series,
-    scrape_names,
-)
 
 if TYPE_CHECKING:
     from hango.telemetry.configured import (
@@ -152,6 +136,17 @@ if TYPE_CHECKING:
         ExportLog,
         TrackedMetricExporter,
         TrackedSpanExporter,
+    )
+    from hango.telemetry.content import capture_from_env
+    from hango.telemetry.facade import SCOPE_VERSION, Telemetry
+    from hango.telemetry.prometheus import (
+        LOOPBACK,
+        add_metrics_route,
+        prometheus_label,
+        prometheus_meter_provider,
+        prometheus_name,
+        prometheus_series,
+        scrape_names,
     )
     from hango.telemetry.server import (
         LOG_FORMAT,
@@ -173,29 +168,19 @@ if TYPE_CHECKING:
         otlp_endpoints,
     )
 
-# name -> the SDK module that defines it, imported when the name is first used
-_LAZY = {
-    "Configured": "configured",
-    "DEFAULT_OTLP_ENDPOINT": "setup",
-    "ExportLog": "configured",
-    "LOG_FORMAT": "server",
-    "MODES": "setup",
-    "Mode": "setup",
-    "SERVER_SIGNALS": "server",
-    "SIGNALS": "setup",
-    "Served": "server",
-    "TrackedMetricExporter": "configured",
-    "TrackedSpanExporter": "configured",
-    "configure": "setup",
-    "console_logging": "server",
-    "export_every_hango_span": "setup",
-    "langfuse_headers": "setup",
-    "langfuse_keys": "server",
-    "otlp_endpoints": "setup",
-    "serve_telemetry": "server",
-    "server_endpoints": "server",
-}
-
+# name -> the module that defines it, imported when the name is first used: only the names of
+# the catalogue load with the package, so a middleware that imports them loads no OpenTelemetry
+_LAZY = {name: module for module, names in {
+    "facade": ("SCOPE_VERSION", "Telemetry"),
+    "content": ("capture_from_env",),
+    "prometheus": ("LOOPBACK", "add_metrics_route", "prometheus_label", "prometheus_meter_provider",
+                   "prometheus_name", "prometheus_series", "scrape_names"),
+    "configured": ("Configured", "ExportLog", "TrackedMetricExporter", "TrackedSpanExporter"),
+    "server": ("LOG_FORMAT", "SERVER_SIGNALS", "Served", "console_logging", "langfuse_keys",
+               "serve_telemetry", "server_endpoints"),
+    "setup": ("DEFAULT_OTLP_ENDPOINT", "MODES", "Mode", "SIGNALS", "configure",
+              "export_every_hango_span", "langfuse_headers", "otlp_endpoints"),
+}.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:

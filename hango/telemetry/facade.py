@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -73,13 +74,17 @@ from hango.telemetry.names import (
     OPERATION_INVOKE_AGENT,
     RUN_ATTRIBUTES,
     SCOPE,
-    SCOPE_VERSION,
     SESSION_ID,
     SPAN_RUN,
     SPECS,
     USER_ID,
     InstrumentSpec,
 )
+
+try:
+    SCOPE_VERSION: str | None = version("hango")
+except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+    SCOPE_VERSION = None
 
 
 class Telemetry:

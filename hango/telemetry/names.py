@@ -41,14 +41,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
 SCOPE = "hango"
-try:
-    SCOPE_VERSION: str | None = version("hango")
-except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-    SCOPE_VERSION = None
 
 # --- spans and events ----------------------------------------------------------------------------
 SPAN_RUN = "agent.run"
@@ -70,7 +65,7 @@ ATTR_MEMORY_BYTES = "hango.memory.bytes"
 ATTR_MEMORY_SOURCE_COUNT = "hango.memory.source_count"  # metric attribute: how many loaded
 ATTR_SKILLS_COUNT = "hango.skills.count"
 ATTR_SKILLS_INVALID = "hango.skills.invalid"
-ATTR_SKILLS_PARSED = "hango.skills.parsed"  # span: heads parsed, not from the agent's memo
+ATTR_SKILLS_PARSED = "hango.skills.parsed"  # span, cached stack: heads its parse memo lacked
 ATTR_RUN_STATUS = "hango.run.status"  # on agent.run: done, interrupted or failed
 ATTR_RUN_ID = "hango.run.id"
 ATTR_TENANT_ID = "hango.tenant.id"

@@ -1,37 +1,50 @@
-"""before_run reuses what it parsed while nothing changed, yet the very next run sees every write.
+"""The speed layer (hango.perf): the cached stack reuses what it built while nothing changed, in
+one round trip, yet the very next run sees every write.
 
 The property: after a write through ANY door (the backend, the files API over HTTP, the agent's
 tools, another process, plain SQL, an agent config change), a run's memory and skills index, with
-its warnings and events, are exactly what an uncached read of the database gives. The cache is
-warmed before every write, so each step checks an invalidation, not a cold read.
+its warnings and events, are exactly what the plain stack reads from the database. The cache is
+warmed before every write, so each step checks an invalidation, not a cold read. That the plain
+and the cached stack give the same runs is tests/test_memory.py's and tests/test_skills.py's
+parity fixture (tests/stacks.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from parity import Stacks
+from test_skills import block, skill_file, skills_span
 
-from hango.agent import snapshot
+from hango import perf
+from hango.agent.frontmatter import FENCES, HEAD_BYTES
 from hango.agent.hooks import RunContext
 from hango.agent.memory import MemoryMiddleware
-from hango.agent.skills import SkillsMiddleware
+from hango.agent.skills import INDEX_FOOTER, INDEX_HEADER, SkillsMiddleware
+from hango.agent.stack import Stack
 from hango.agent.tools import FILESYSTEM_TOOLS
 from hango.agents import AgentConfig, create_tenant, create_token, load_agent, save_agent
 from hango.db import Database
-from hango.fs.backend import SKILL_HEAD, FileNotFound, PostgresBackend
-from hango.telemetry import Telemetry
+from hango.fs.backend import FileNotFound, PostgresBackend
+from hango.perf import cache, gated
+from hango.perf.stack import CachedStack
+from hango.telemetry import EVENT_SKILL_TOOLS_NARROWED, Telemetry
 
+# The speed layer alone (not the parity stack, which runs every before_run twice)
+run_with = Stacks("cached", CachedStack).run_with
 PATHS = ["/memories/AGENTS.md", "/memories/team.md", "/skills/a/SKILL.md", "/skills/b/SKILL.md",
          "/skills/team/c/SKILL.md", "/notes/n.md"]
 CHILD = r"""
@@ -57,27 +70,14 @@ for line in sys.stdin:
 """
 
 
-class Uncached:
-    """A Backend that is not a PostgresBackend: before_run reads it every run, caching nothing."""
-
-    def __init__(self, inner: PostgresBackend) -> None:
-        self.inner = inner
-        self.tenant_id, self.agent_id = inner.tenant_id, inner.agent_id
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 def observe(db: Database, tenant: str, agent: str, cached: bool) -> tuple[Any, ...]:
     """One run's before_run, as Agent.run does it, and everything a user can see of it."""
     config = load_agent(db, tenant, agent)
     assert config is not None
-    backend = PostgresBackend(db, tenant, agent)
-    ctx = RunContext(tenant, agent, config, backend if cached else Uncached(backend),  # type: ignore[arg-type]
-                     "run", frozenset(config.tools), Telemetry())
+    ctx = RunContext(tenant, agent, config, PostgresBackend(db, tenant, agent), "run",
+                     frozenset(config.tools), Telemetry())
     skills, memory = SkillsMiddleware(max_skills=2), MemoryMiddleware(max_bytes=200)
-    skills.before_run(ctx)
-    memory.before_run(ctx)
+    (CachedStack if cached else Stack)([skills, memory]).before_run(ctx)
     return (memory.system_blocks(ctx), skills.system_blocks(ctx), ctx.state(skills.key).skills,
             ctx.warnings, [(e.name, e.attributes) for e in ctx.events], dict(ctx.attributes))
 
@@ -189,23 +189,31 @@ def test_the_next_run_sees_every_write_through_every_door(doors: Doors,
 # --- the cache's scope ---------------------------------------------------------------------------
 
 def test_the_agent_lru_is_bounded_and_drops_the_least_recently_used() -> None:
-    cache = snapshot.SnapshotCache(max_agents=3)
-    entries = {key: cache.entry(key) for key in "abc"}
-    assert cache.entry("a") is entries["a"]  # a is now the most recently used
-    cache.entry("d")
-    assert len(cache) == 3
-    assert cache.entry("a") is entries["a"] and cache.entry("c") is entries["c"]
-    assert cache.entry("b") is not entries["b"]  # b was the least recently used: dropped
+    store = cache.BuildCache(max_agents=3)
+    entries = {key: store.entry(key) for key in "abc"}
+    assert store.entry("a") is entries["a"]  # a is now the most recently used
+    store.entry("d")
+    assert len(store) == 3
+    assert store.entry("a") is entries["a"] and store.entry("c") is entries["c"]
+    assert store.entry("b") is not entries["b"]  # b was the least recently used: dropped
 
 
-def test_each_agent_keeps_a_bounded_number_of_reads() -> None:
-    cache = snapshot.SnapshotCache()
-    entry = cache.entry("x")
-    for i in range(snapshot.READS_PER_AGENT + 3):
-        cache.remember(entry, snapshot.Read("files", (f"/memories/{i}.md",), 10), None)
-    reads = [r for r, _ in cache.recent(entry)]
-    assert len(reads) == snapshot.READS_PER_AGENT
-    assert reads[-1].sources == (f"/memories/{snapshot.READS_PER_AGENT + 2}.md",)
+def test_each_agent_keeps_a_bounded_number_of_builds() -> None:
+    store = cache.BuildCache()
+    entry = store.entry("x")
+    for i in range(cache.BUILDS_PER_AGENT + 3):
+        store.remember(entry, i, cache.Built(i, {}, (), (), ()))
+    assert list(entry.builds) == list(range(3, cache.BUILDS_PER_AGENT + 3))
+
+
+def test_the_parse_memo_keeps_one_builds_inputs_and_counts_what_it_parsed() -> None:
+    calls: list[str] = []
+    first = cache.ParseMemo(lambda text: calls.append(text) or text.upper(), {})
+    assert [first("a"), first("b"), first("a")] == ["A", "B", "A"] and first.parsed == 2
+    second = cache.ParseMemo(first.parse, first.now)
+    assert second("a") == "A" and second("c") == "C" and second.parsed == 1
+    assert second.now == {"a": "A", "c": "C"}  # "b" was not in this build: dropped
+    assert calls == ["a", "b", "c"]
 
 
 def test_agents_in_one_process_never_share_an_index(db: Database) -> None:
@@ -219,7 +227,18 @@ def test_agents_in_one_process_never_share_an_index(db: Database) -> None:
             assert [s.name for s in seen[2]] == [f"s{i}"]
 
 
-def test_a_cached_run_is_one_round_trip_and_replays_the_warnings(db: Database, tenant: str) -> None:
+def _bench() -> Any:
+    """bench/before_run.py, whose ``round_trips`` counts them from a libpq trace."""
+    path = Path(__file__).resolve().parents[1] / "bench" / "before_run.py"
+    spec = importlib.util.spec_from_file_location("bench_before_run", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_cached_run_is_one_round_trip_and_replays_the_warnings(
+        db: Database, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     save_agent(db, tenant, "a1", AgentConfig())
     backend = PostgresBackend(db, tenant, "a1")
     backend.write("/skills/bad/SKILL.md", "no frontmatter here")
@@ -227,20 +246,46 @@ def test_a_cached_run_is_one_round_trip_and_replays_the_warnings(db: Database, t
     second = observe(db, tenant, "a1", cached=True)
     assert first == second and any("skipped" in w for w in second[3])
     calls: list[Any] = []
-    original = PostgresBackend.read_if_changed
+    original = perf.stack.read_if_changed
 
-    def counting(self: PostgresBackend, reads: Any) -> Any:
-        out = original(self, reads)
+    def counting(where: Any, reads: Any) -> Any:
+        out = original(where, reads)
         calls.append(out)
         return out
 
-    PostgresBackend.read_if_changed = counting  # type: ignore[method-assign]
-    try:
-        observe(db, tenant, "a1", cached=True)
-    finally:
-        PostgresBackend.read_if_changed = original  # type: ignore[method-assign]
-    assert len(calls) == 1  # skills prefetched memory's read: one call for the whole before_run
+    monkeypatch.setattr(perf.stack, "read_if_changed", counting)
+    observe(db, tenant, "a1", cached=True)
+    assert len(calls) == 1  # one call for the whole before_run, both hooks' reads in it
     assert [rows for _, rows in calls[0]] == [None, None]  # ... the database skipped both reads
+
+
+def test_one_protocol_round_trip_unchanged_and_one_after_a_change(db: Database,
+                                                                  tenant: str) -> None:
+    """Counted from a libpq trace of every pooled connection (each Sync or simple Query is one
+    wait for the server); the plain stack's two queries are two at least."""
+    save_agent(db, tenant, "a1", AgentConfig())
+    backend = PostgresBackend(db, tenant, "a1")
+    backend.write("/memories/AGENTS.md", "note")
+    backend.write("/skills/s/SKILL.md", skill("s", "one"))
+    round_trips = _bench().round_trips
+    config = AgentConfig()
+
+    def before_run(cached: bool) -> RunContext:
+        ctx = RunContext(tenant, "a1", config, PostgresBackend(db, tenant, "a1"), "run",
+                         frozenset(config.tools), Telemetry())
+        stack = (CachedStack if cached else Stack)([SkillsMiddleware(), MemoryMiddleware()])
+        stack.before_run(ctx)
+        return ctx
+
+    before_run(cached=True)  # warm
+    runs: list[RunContext] = []
+    assert round_trips(db, lambda: runs.append(before_run(cached=True))) == 1
+    assert perf.trace_of(runs[-1]).replayed == ["skills", "memory"]
+    backend.write("/skills/s/SKILL.md", skill("s", "two"))
+    assert round_trips(db, lambda: runs.append(before_run(cached=True))) == 1
+    trace = perf.trace_of(runs[-1])
+    assert (trace.built, trace.replayed) == (["skills", "memory"], [])  # one counter an agent
+    assert round_trips(db, lambda: before_run(cached=False)) > 2  # plain: a transaction a read
 
 
 # --- the heads cut at write time -----------------------------------------------------------------
@@ -254,14 +299,73 @@ def test_a_cached_run_is_one_round_trip_and_replays_the_warnings(db: Database, t
 ), min_size=1, max_size=4))
 def test_the_head_cut_at_write_time_is_the_cut_heads_makes(backend: PostgresBackend,
                                                           texts: list[str]) -> None:
-    from hango.agent.frontmatter import HEAD_BYTES
-    from hango.agent.skills import FENCES
-
+    """The schema's ``skill_head`` column and the skills scan's one definition of a head
+    (frontmatter.HEAD_BYTES and FENCES) cut the same bytes."""
     for i, text in enumerate(texts):
         backend.write(f"/skills/s{i}/SKILL.md", text)
     backend.write("/skills/s0/notes.md", "---\nnot a skill\n---\n")
     per_scan = backend.heads(["/skills/"], "SKILL.md", HEAD_BYTES, max_per_dir=10,
                              cut_after=FENCES)
-    assert backend.skill_heads(["/skills/"], max_per_dir=10) == per_scan
-    # and the middleware's arguments are the column's, so before_run reads the column
-    assert SKILL_HEAD == ("SKILL.md", HEAD_BYTES, FENCES)
+    query, params = gated.skill_heads_query(backend.ns(), ["/skills/"], 10)
+    with backend.transaction() as conn:
+        column = backend.decoded(conn.execute(query, params, binary=True).fetchall(),
+                                 lenient=True)
+    assert column == per_scan
+    # and the middleware's read is the column's, so the cached stack reads the column
+    ctx = RunContext(backend.tenant_id, "a1", AgentConfig(), backend, "r", frozenset(),
+                     Telemetry())
+    assert gated.is_skill_head(SkillsMiddleware().reads(ctx)[0])
+
+
+# --- the parse memo, seen on the skills span --------------------------------------------------
+
+
+def test_the_span_says_how_many_heads_a_run_parsed(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    """A changed skill costs one parse; nothing changed costs none (the index is replayed)."""
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig(memory=[]))
+    fs = PostgresBackend(db, tenant, "a1")
+    fs.write("/skills/a/SKILL.md", skill_file("a", "First."))
+    fs.write("/skills/b/SKILL.md", skill_file("b", "Second."))
+    fs.write("/skills/bad/SKILL.md", "---\nname: [unclosed\n---\n")
+    fs.write("/skills/c/SKILL.md", skill_file("c", "Third."))
+    first = run_with(db, tenant, SkillsMiddleware(), tel=tel)
+    assert skills_span(exporter, parsed=True) == {"hango.skills.count": 3, "hango.skills.invalid": 1,
+                                     "hango.skills.parsed": 4}
+    again = run_with(db, tenant, SkillsMiddleware(), tel=tel)  # nothing written: replayed
+    assert skills_span(exporter, parsed=True) == {"hango.skills.count": 3, "hango.skills.invalid": 1,
+                                     "hango.skills.parsed": 0}
+    assert block(again, "skills") == block(first, "skills")
+    assert again.warnings == first.warnings and len(first.warnings) == 1
+    fs.write("/skills/b/SKILL.md", skill_file("b", "Second, edited."))  # one head changed
+    edited = run_with(db, tenant, SkillsMiddleware(), tel=tel)
+    assert skills_span(exporter, parsed=True) == {"hango.skills.count": 3, "hango.skills.invalid": 1,
+                                     "hango.skills.parsed": 1}
+    assert block(edited, "skills") == "\n".join([
+        INDEX_HEADER, "- a — First. (/skills/a/SKILL.md)",
+        "- b — Second, edited. (/skills/b/SKILL.md)", "- c — Third. (/skills/c/SKILL.md)",
+        INDEX_FOOTER])
+    assert edited.warnings == first.warnings  # the invalid one, from the memo, still warns
+    fs.write("/notes/x.md", "not a skill")  # no change under /skills/: still replayed
+    run_with(db, tenant, SkillsMiddleware(), tel=tel)
+    assert skills_span(exporter, parsed=True)["hango.skills.parsed"] == 0
+
+
+def test_an_allowlist_change_rebuilds_the_index_from_the_memo(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    """What a skill may call depends on the agent's tools: a new allowlist is never served the
+    old result, yet the unchanged heads are not parsed again."""
+    tel, exporter, _ = telemetry_pair
+    save_agent(db, tenant, "a1", AgentConfig(memory=[], tools=["read_file", "ls"]))
+    PostgresBackend(db, tenant, "a1").write(
+        "/skills/x/SKILL.md", skill_file("x", extra="allowed-tools: ls glob\n"))
+    narrowed = run_with(db, tenant, SkillsMiddleware(), tel=tel)
+    assert [e.attributes["dropped"] for e in narrowed.events
+            if e.name == EVENT_SKILL_TOOLS_NARROWED] == [["glob"]]
+    assert skills_span(exporter, parsed=True)["hango.skills.parsed"] == 1
+    save_agent(db, tenant, "a1", AgentConfig(memory=[], tools=["read_file", "ls", "glob"]))
+    widened = run_with(db, tenant, SkillsMiddleware(), tel=tel)
+    assert [e for e in widened.events if e.name == EVENT_SKILL_TOOLS_NARROWED] == []
+    assert widened.warnings == []
+    assert skills_span(exporter, parsed=True)["hango.skills.parsed"] == 0

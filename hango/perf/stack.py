@@ -1,0 +1,140 @@
+"""The cached stack: every hook's reads in one gated round trip, each build replayed or recorded.
+
+Its ``before_run`` gathers the ``reads()`` of every :class:`~hango.agent.hooks.Reader` in the
+chain and sends them in ONE pipelined round trip, each gated on the change counter its last
+build was made at. A hook whose reads are unchanged gets that build replayed (state, warnings,
+events, published figures) inside its own span; a hook whose files changed builds from the
+rows, and what it built is recorded for the next run. A hook's ``parse``, if it has one, is
+memoised by its input. Other hooks run their plain ``before_run``, in chain order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hango.agent.hooks import Reader, RunContext, RunHook, StateKey
+from hango.agent.stack import Stack, default_stack
+from hango.fs.files import FileData, Namespace, Read, read
+from hango.perf.cache import CACHE, BuildCache, Built, ParseMemo, Recording, replay
+from hango.perf.gated import gated, read_if_changed
+from hango.telemetry import ATTR_SKILLS_PARSED
+
+if TYPE_CHECKING:
+    from hango.agent.stack import AgentLike
+
+
+@dataclass
+class Trace:
+    """What the cached stack did in one run: for the parity test and the benches."""
+
+    round_trips: int = 0
+    replayed: list[str] = field(default_factory=list)  # hook names, in chain order
+    built: list[str] = field(default_factory=list)
+
+
+TRACE: StateKey[Trace] = StateKey("perf", Trace)
+
+
+_KINDS: dict[type, tuple[bool, bool]] = {}
+
+
+def _kind(mw: Any) -> tuple[bool, bool]:
+    """Whether ``mw`` is a RunHook and a Reader, known by its class after the first check (a
+    protocol ``isinstance`` looks up every member, at every run)."""
+    kind = _KINDS.get(type(mw))
+    if kind is None:
+        kind = _KINDS[type(mw)] = (isinstance(mw, RunHook), isinstance(mw, Reader))
+    return kind
+
+
+def _salt(hook: Reader, ctx: RunContext) -> Hashable:
+    """Everything a build depends on besides its rows: the hook's own parameters, the config
+    and the allowlist. A change of any is another key, never a stale replay."""
+    params = sorted((name, repr(value)) for name, value in vars(hook).items()
+                    if not isinstance(value, StateKey) and not callable(value))
+    return (type(hook).__qualname__, tuple(params), ctx.config.model_dump_json(), ctx.allowlist)
+
+
+class CachedStack(Stack):
+    """A :class:`~hango.agent.stack.Stack` whose ``before_run`` is one round trip and a replay."""
+
+    def __init__(self, middlewares: Sequence[Any], cache: BuildCache | None = None) -> None:
+        super().__init__(middlewares)
+        self.cache = cache or CACHE
+
+    def before_run(self, ctx: RunContext) -> None:
+        backend = ctx.backend
+        if not isinstance(backend, Namespace):  # the caller chose this stack for a database
+            raise TypeError(f"the cached stack reads the agent's files from its database; "
+                            f"{type(backend).__name__} is not a namespace of one: use the plain "
+                            "stack (hango.agent.stack.default_stack)")
+        entry = self.cache.entry((backend.db.app_conninfo, ctx.tenant_id, ctx.agent_id))
+        trace = ctx.state(TRACE)
+        plans: dict[int, tuple[Hashable, list[Read], Built | None]] = {}
+        kinds = [_kind(mw) for mw in self.middlewares]
+        for mw, (_, reader) in zip(self.middlewares, kinds, strict=True):
+            if reader:
+                reads = list(mw.reads(ctx))
+                key: Hashable = (_salt(mw, ctx), tuple(reads))
+                plans[id(mw)] = (key, reads, self.cache.get(entry, key))
+        wanted = [(r, None if built is None else built.counter)
+                  for _, reads, built in plans.values() for r in reads]
+        results = read_if_changed(backend, [gated(r, backend.ns(), k) for r, k in wanted])
+        trace.round_trips += 1
+        fetched = iter(results)
+        for mw, (hook, reader) in zip(self.middlewares, kinds, strict=True):
+            if not hook:
+                continue
+            if not reader:
+                mw.before_run(ctx)
+                continue
+            key, reads, built = plans[id(mw)]
+            got = [next(fetched) for _ in reads]
+            started = time.perf_counter()
+            with ctx.telemetry.span(mw.span) as span:
+                if built is not None and all(rows is None for _, rows in got):
+                    replay(ctx, ctx.state(mw.key), built)
+                    trace.replayed.append(mw.name)
+                    parsed = 0
+                else:
+                    rows = [found if found is not None else read(backend, r)
+                            for (_, found), r in zip(got, reads, strict=True)]
+                    counter = min((c for c, _ in got), default=0)
+                    built, parsed = _build(ctx, mw, rows, counter, entry.memos)
+                    self.cache.remember(entry, key, built)
+                    trace.built.append(mw.name)
+                mw.report(ctx, span, time.perf_counter() - started)
+                if hasattr(mw, "parse"):  # how many inputs the memo did not hold
+                    span.set_attribute(ATTR_SKILLS_PARSED, parsed)
+
+
+def _build(ctx: RunContext, hook: Reader, rows: list[list[FileData]], counter: int,
+           memos: dict[str, dict[str, Any]]) -> tuple[Built, int]:
+    """Run ``hook.build`` (its ``parse`` memoised) and record what it added to the run."""
+    recording = Recording(ctx)
+    plain: Callable[[str], Any] | None = getattr(hook, "parse", None)
+    if plain is None:
+        hook.build(ctx, rows)
+        return recording.built(counter, ctx.state(hook.key)), 0
+    memo = ParseMemo(plain, memos.get(hook.name, {}))
+    hook.parse = memo  # type: ignore[attr-defined]
+    try:
+        hook.build(ctx, rows)
+    finally:
+        hook.parse = plain  # type: ignore[attr-defined]
+    memos[hook.name] = memo.now
+    return recording.built(counter, ctx.state(hook.key)), memo.parsed
+
+
+def cached_stack(agent: AgentLike) -> CachedStack:
+    """:func:`~hango.agent.stack.default_stack`, with a ``before_run`` of one round trip: the
+    stack builder ``hango serve``, the runs API, the workshop and the benches pass to ``Agent``."""
+    return CachedStack(default_stack(agent).middlewares)
+
+
+def trace_of(ctx: RunContext) -> Trace:
+    """What the cached stack did in the run of ``ctx``."""
+    return ctx.state(TRACE)
