@@ -24,7 +24,7 @@ from hango.agent.proposals import cursor_after, cursor_of
 from hango.db import Database
 from hango.db_errors import Contention
 from hango.errors import HangoError
-from hango.fs.listing import Page
+from hango.fs.files import Page
 from hango.models.base import (
     Block,
     Breakpoint,

@@ -61,7 +61,7 @@ def versions(backend: PostgresBackend, path: str) -> list[Version]:
     :class:`FileNotFound` when there is neither a file nor a history."""
     path = clean(path)
     with backend.transaction() as conn:
-        rows = conn.execute(_VERSIONS, {**backend._ns(), "p": path}).fetchall()
+        rows = conn.execute(_VERSIONS, {**backend.ns(), "p": path}).fetchall()
     if not rows:
         raise FileNotFound(path)
     return [Version(*row) for row in rows]
@@ -75,10 +75,10 @@ def read_version(backend: PostgresBackend, path: str, version: int) -> FileData:
     path = clean(path)
     cap = backend.max_file_bytes
     with backend.transaction() as conn:
-        row = conn.execute(_CONTENT, {**backend._ns(), "p": path, "v": version,
+        row = conn.execute(_CONTENT, {**backend.ns(), "p": path, "v": version,
                                       "cap": cap}).fetchone()
         known = [] if row is not None else conn.execute(
-            _VERSIONS, {**backend._ns(), "p": path}).fetchall()
+            _VERSIONS, {**backend.ns(), "p": path}).fetchall()
     if row is not None:
         if row[1] > cap:
             raise FileTooLarge(path, row[1], cap, stored=True)
