@@ -168,8 +168,10 @@ def _gone(db: Database, pid: int, timeout: float = 60) -> None:
 
 def _lock_file(db: Database, tid: str, path: str) -> psycopg.Connection[Any]:
     holder = psycopg.connect(db.admin_conninfo)
-    holder.execute("SELECT 1 FROM agent_files WHERE tenant_id = %s AND agent_id = 'a1' "
-                   "AND path = %s FOR UPDATE", [tid, path])
+    holder.execute("SELECT set_config('hango.tenant_id', %s, true)", [tid])  # RLS may be forced
+    locked = holder.execute("SELECT 1 FROM agent_files WHERE tenant_id = %s AND agent_id = 'a1' "
+                            "AND path = %s FOR UPDATE", [tid, path]).fetchall()
+    assert locked == [(1,)], f"{path} is not there to lock"
     return holder
 
 

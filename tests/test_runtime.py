@@ -707,8 +707,11 @@ def test_a_resume_failing_while_the_database_fails_too_reports_the_first_failure
     watcher = threading.Thread(target=cut_the_release)
 
     def failing_model(request: Request) -> Reply:
-        holder.execute("SELECT 1 FROM runs WHERE tenant_id = %s AND run_id = %s FOR UPDATE",
-                       [tenant, run_id])
+        # The tenant set, or a managed server's owner (row-level security forced) locks no row.
+        holder.execute("SELECT set_config('hango.tenant_id', %s, true)", [tenant])
+        locked = holder.execute("SELECT 1 FROM runs WHERE tenant_id = %s AND run_id = %s "
+                                "FOR UPDATE", [tenant, run_id]).fetchall()
+        assert locked == [(1,)]
         watcher.start()
         raise RuntimeError("the model is down")
 
