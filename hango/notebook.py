@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from hango.agent.runtime import Agent, RunResult
 from hango.agents import COURSE_AGENT, AgentConfig, create_tenant, create_token, drop_tenant, save_agent
 from hango.api.app import create_app, serve_in_thread
-from hango.api.client import ApiError, FilesClient
+from hango.api.client import ApiError, FilesClient, Unreachable
 from hango.db import Database, get_database
 from hango.exercises.progress import learner_name
 from hango.fs.backend import PostgresBackend
@@ -134,11 +135,15 @@ class Course:
     learner: str = "learner"  # whose exercise progress check() records (HANGO_LEARNER)
     _runs: count[int] = field(default_factory=lambda: count(1))
     _generation: object = None
+    shared: Shared | None = None  # the workshop's shared server, when settings name one
+    on_server: bool = False  # the agent is on the shared server (start(..., http_only=True))
     owner: FilesClient = field(init=False)
     member: FilesClient = field(init=False)
 
     def check_tenant(self) -> None:
         """Raise :class:`TenantTaken` if another kernel restarted this notebook's tenant."""
+        if self.on_server:  # the seat is the learner's own on the shared server: nobody resets it
+            return
         if _generation(self.db, self.tenant) != self._generation:
             raise TenantTaken(
                 f"another notebook restarted tenant {self.tenant!r} after this one did (a copy of "
@@ -159,21 +164,64 @@ class Course:
         return CourseClient(self.check_tenant, self.base_url, token, agent_id or self.agent_id)
 
     def close(self) -> None:
+        self._stop()
         self.owner.close()
         self.member.close()
-        self._stop()
+        if self.shared is not None:
+            self.shared.seat.close()
         self.telemetry.shutdown()
 
 
+@dataclass
+class Shared:
+    """A workshop's shared server (``HANGO_SERVER_URL``) and the learner's seat on it (the
+    tenant of ``HANGO_TOKEN``): :func:`~hango.exercises.check` records each check there too,
+    and the instructor's ``hango workshop room`` reads them."""
+
+    url: str
+    seat: FilesClient  # the learner's token; its routes need no agent
+    tenant: str
+    seat_token: str = field(repr=False, default="")
+
+    def record(self, exercise_id: str, passed: bool, message: str) -> None:
+        self.seat.record_check(exercise_id, passed, message)
+
+    def passed(self) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self.seat.progress()["passed"].items()}
+
+
+def _shared(url: str | None, token: str | None) -> Shared | None:
+    if url is None:
+        return None
+    if token is None:
+        raise ValueError("HANGO_SERVER_URL names a shared server but HANGO_TOKEN is unset: set it "
+                         "to the token of your line of the workshop's CSV (docs/workshop.md)")
+    seat = FilesClient(url.rstrip("/"), token, COURSE_AGENT)
+    try:
+        tenant = str(seat.progress()["tenant"])
+    except (ApiError, Unreachable) as exc:
+        seat.close()
+        raise ValueError(f"the shared server {url} (HANGO_SERVER_URL) did not take HANGO_TOKEN: "
+                         f"{exc}") from None
+    return Shared(url.rstrip("/"), seat, tenant, token)
+
+
 def start(tenant: str, agent_id: str = COURSE_AGENT, config: AgentConfig | None = None,
-          model: Model | None = None) -> Course:
+          model: Model | None = None, http_only: bool = False) -> Course:
     """Start a notebook from a clean slate: drop and recreate ``tenant``, serve the API.
 
     ``model`` is the model of runs over HTTP (``POST .../runs``; default: ``HANGO_MODEL``);
     those runs get the same deterministic run ids and in-memory telemetry as ``course.agent``.
+
+    With a shared server (``HANGO_SERVER_URL`` and ``HANGO_TOKEN``) the checks are recorded there
+    too; and a notebook that talks to its agent only over HTTP (``http_only=True``) runs it
+    there, as an agent named ``tenant`` in the learner's seat, with the server's model.
     """
     logging.getLogger("hango").setLevel(logging.ERROR)  # warnings reach RunResult.warnings
     db = get_database()
+    shared = _shared(db.settings.server_url, db.settings.token)
+    if shared is not None and http_only:
+        return _on_server(db, shared, tenant, config)
     drop_tenant(db, tenant)
     create_tenant(db, tenant)
     save_agent(db, tenant, agent_id, config or AgentConfig())
@@ -185,9 +233,36 @@ def start(tenant: str, agent_id: str = COURSE_AGENT, config: AgentConfig | None 
     base_url, stop = serve_in_thread(app)
     course = Course(db, tenant, agent_id, base_url, telemetry, stop,
                     learner=learner_name(db.settings.learner), _runs=runs,
-                    _generation=_generation(db, tenant))
+                    _generation=_generation(db, tenant), shared=shared)
     course.owner = course.client(create_token(db, tenant, "owner", "notebook"))
     course.member = course.client(create_token(db, tenant, "member", "notebook"))
+    return course
+
+
+def _on_server(db: Database, shared: Shared, name: str, config: AgentConfig | None) -> Course:
+    """The notebook's agent on the shared server: agent ``name`` in the learner's seat, made
+    afresh (its config, no files, no pending proposal) and a member token of its own, revoked
+    at :meth:`Course.close` (an earlier one of the same notebook is revoked here)."""
+    owner = FilesClient(shared.url, shared.seat_token, name)
+    owner.put_agent(config or AgentConfig())
+    for path in list(owner.iter_glob("/**")):
+        owner.delete(path)
+    for proposal in owner.proposals("pending"):
+        owner.reject(proposal["proposal_id"], "the notebook was started again from its first cell")
+    label = f"notebook {name}"
+    for token in owner.tokens():
+        if token["label"] == label and token["role"] == "member":
+            owner.revoke_token(token["id"])
+    secret, token_id = owner.create_token("member", label)
+
+    def stop() -> None:
+        with suppress(ApiError, Unreachable):
+            owner.revoke_token(token_id)
+
+    course = Course(db, shared.tenant, name, shared.url, configure("memory"), stop,
+                    learner=learner_name(db.settings.learner), shared=shared, on_server=True)
+    course.owner = owner
+    course.member = FilesClient(shared.url, secret, name)
     return course
 
 

@@ -617,6 +617,27 @@ CREATE INDEX IF NOT EXISTS runs_ended ON runs (tenant_id, updated_at)
     WHERE status IN ('done', 'failed');
 -- The cascade from a deleted run finds its proposals by this index, not by a scan of them all.
 CREATE INDEX IF NOT EXISTS proposals_run ON proposals (tenant_id, run_id);
+-- ===== the room view: each learner's exercise checks, on a shared server ==========================
+-- A learner whose notebooks name a shared server (HANGO_SERVER_URL, HANGO_TOKEN) sends each check
+-- there: one row per seat (the learner's tenant) and exercise, with the first pass and the last
+-- try, so it is bounded by the course's exercises. `hango workshop room` reads them beside the
+-- runs and proposals of every seat. (On a laptop, passes are kept in exercise_passes, above.)
+CREATE TABLE IF NOT EXISTS learner_checks (
+    tenant_id     text NOT NULL REFERENCES tenants ON DELETE CASCADE,
+    exercise_id   text NOT NULL CHECK (exercise_id ~ '^[0-9]{2}\.[0-9]{1,2}$'),
+    tries         integer NOT NULL DEFAULT 1 CHECK (tries >= 1),
+    passed_at     timestamptz,  -- the first pass; NULL: not passed yet
+    verified      text CHECK (length(verified) <= 2000),  -- what the first pass verified
+    last_tried_at timestamptz NOT NULL DEFAULT now(),
+    last_passed   boolean NOT NULL,
+    last_message  text NOT NULL DEFAULT '' CHECK (length(last_message) <= 2000),
+    PRIMARY KEY (tenant_id, exercise_id)
+);
+ALTER TABLE learner_checks ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS tenant_isolation ON learner_checks;
+CREATE POLICY tenant_isolation ON learner_checks
+    USING (tenant_id = current_setting('hango.tenant_id', true));
+GRANT SELECT, INSERT, UPDATE ON learner_checks TO hango_app;
 -- ===== row-level security for the owner too (keep this section LAST) ===========================
 -- The tables' owner (the URL's role on a managed server) is held by the same policies as the app
 -- role: FORCE on every table that has row-level security, so a transaction of the owner sees

@@ -62,7 +62,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hango import retention
 from hango.agents import check_default_sources
-from hango.api import agents, files, runs
+from hango.api import agents, files, progress, runs
 from hango.api.deps import Authenticate, _db_of, hango_error, unavailable
 from hango.db import Database, DatabaseError, get_database
 from hango.errors import HangoError
@@ -198,7 +198,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None, *,
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Authenticate)  # no body is read before the token is checked
     app.add_middleware(HeadAsGet)  # outermost: a HEAD is its GET from here on
-    for module in (files, agents, runs):
+    for module in (files, agents, runs, progress):
         app.include_router(module.router)
 
     async def validation(request: Request, exc: Exception) -> JSONResponse:
