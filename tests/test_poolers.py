@@ -48,6 +48,7 @@ from hango.api.plain_get import read_row
 from hango.db import APP_ROLE, Database, DatabaseError, DatabaseRefused
 from hango.fs.backend import PostgresBackend
 from hango.models.simulated import SimulatedModel, tool_call
+from hango.room import record_check
 from hango.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +58,7 @@ needs_pgbouncer = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 # Every table under row-level security, and a query that counts, with no WHERE clause, the
 # rows of each that belong to another tenant than ``%(me)s``.
 TENANT_TABLES = ("tenants", "agents", "agent_files", "tenant_usage", "agent_changes", "runs",
-                 "proposals", "run_calls")
+                 "proposals", "run_calls", "learner_checks")
 FOREIGN = "SELECT current_user, " + " + ".join(
     f"(SELECT count(*) FROM {t} WHERE tenant_id <> %(me)s)" for t in TENANT_TABLES) + \
     ", (SELECT count(*) FROM agent_files)"
@@ -87,6 +88,7 @@ def _tenant_with_every_kind_of_row(db: Database) -> tuple[str, str]:
         [tool_call("write_file", {"path": "/memories/AGENTS.md", "content": "- more\n"})],
         "done"])).run("remember", record=True)
     assert result.status == "interrupted"  # a run row and a pending proposal
+    record_check(db, tenant, "00.1", True, "a check of the room view")
     return tenant, create_token(db, tenant, "owner")
 
 
