@@ -41,8 +41,8 @@ from hango.api.app import create_app, serve_in_thread
 from hango.db import APP_ROLE, Database, DatabaseError, DatabaseRefused, EmbeddedServer
 from hango.fs.backend import PostgresBackend
 from hango.models.simulated import SimulatedModel, tool_call
-from hango.settings import load_settings
 from hango.room import record_check, room
+from hango.settings import load_settings
 from hango.workshop import provision
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -148,7 +148,7 @@ def test_a_learners_checks_stay_in_their_seat(db: Database,
     seat = room(db, prefix)[0]
     assert (seat.passed, seat.stuck_on) == (1, "02.1")
     assert seat.last_error == "NOT YET 02.1: a later wrong try"
-    with pytest.raises(ValueError, match="is not NN.N"):
+    with pytest.raises(ValueError, match=r"is not NN\.N"):
         record_check(db, f"{prefix}-01", "x", True, "")
 
 
