@@ -131,7 +131,7 @@ def render(learners: list[Learner], exercises: int, now: datetime, width: int = 
     """The room as a table, one seat a line (``now`` makes it the same for the same rows)."""
     runs_head = "/".join(STATUSES)
     lines = [f"{len(learners)} seat(s) at {now:%H:%M:%S %Z}".rstrip(),
-             f"{'seat':<14} {'last activity':<14} {'runs ' + runs_head:<34} {'pending':>7} "
+             f"{'seat':<14} {'last activity':<14} {'runs ' + runs_head:<38} {'pending':>7} "
              f"{'passed':>7}  last error"]
     for s in learners:
         runs = "/".join(str(s.runs.get(status, 0)) for status in STATUSES)
@@ -139,7 +139,7 @@ def render(learners: list[Learner], exercises: int, now: datetime, width: int = 
             f"{_ago(s.last_error_at, now)}: " + " ".join(s.last_error.split()))
         if len(error) > width:
             error = error[:width - 1] + "…"
-        lines.append(f"{s.tenant:<14} {_ago(s.last_activity, now):<14} {runs:<34} {s.pending:>7} "
+        lines.append(f"{s.tenant:<14} {_ago(s.last_activity, now):<14} {runs:<38} {s.pending:>7} "
                      f"{f'{s.passed}/{exercises}':>7}  {error}")
     if not learners:
         lines.append("(no seat matches: provision them with `hango workshop provision`)")
