@@ -401,7 +401,8 @@ def test_openapi_document(api_url: str) -> None:
     doc = httpx.get(f"{api_url}/openapi.json").json()
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     operations = [(p, m, op) for p, ops in doc["paths"].items() for m, op in ops.items()]
-    assert len(operations) == 8 + 3 + 8  # files API; /v1/tokens; runs and proposals (test_proposals)
+    # files API; /v1/tokens; runs and proposals (test_proposals); a seat's checks (test_room)
+    assert len(operations) == 8 + 3 + 8 + 2
     for path, method, op in operations:
         responses = op["responses"]
         for code in ("401", "422", "503"):
@@ -437,6 +438,7 @@ GET_URLS = {
     "/v1/agents/{agent_id}/runs/{run_id}": ["/v1/agents/a1/runs/nope"],
     "/v1/agents/{agent_id}/proposals": ["/v1/agents/a1/proposals?status=all"],
     "/v1/agents/{agent_id}/proposals/{proposal_id}": ["/v1/agents/a1/proposals/nope"],
+    "/v1/progress": ["/v1/progress"],
 }
 
 

@@ -53,6 +53,7 @@ OPERATIONS = [
     ("GET", "/v1/agents/{agent_id}/proposals/{proposal_id}"),
     ("POST", "/v1/agents/{agent_id}/proposals/{proposal_id}/approve"),
     ("POST", "/v1/agents/{agent_id}/proposals/{proposal_id}/reject"),
+    ("GET", "/v1/progress"), ("PUT", "/v1/progress/{exercise_id}"),
 ]
 
 
