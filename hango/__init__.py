@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from hango.exercises.progress import progress
     from hango.fs.backend import PostgresBackend
     from hango.models.simulated import SimulatedModel, tool_call
-    from hango.notebook import draw_request, show_index, show_request, show_usage, show_warnings, start
+    from hango.notebook import show_index, show_request, show_usage, show_warnings, start
+    from hango.pictures import draw_request
     from hango.settings import Settings, load_settings
     from hango.telemetry import Telemetry, configure
 
@@ -55,7 +56,7 @@ _WHERE: dict[str, str] = {
     "show_index": "hango.notebook",
     "show_usage": "hango.notebook",
     "show_warnings": "hango.notebook",
-    "draw_request": "hango.notebook",
+    "draw_request": "hango.pictures",
     # the exercises: check one, and see what is passed and what is next
     "check": "hango.exercises",
     "progress": "hango.exercises",

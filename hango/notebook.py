@@ -10,6 +10,7 @@ import getpass
 import logging
 import re
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
@@ -17,11 +18,10 @@ from typing import Any
 from hango.agent.runtime import Agent, RunResult
 from hango.agents import COURSE_AGENT, AgentConfig, create_tenant, create_token, drop_tenant, save_agent
 from hango.api.app import create_app, serve_in_thread
-from hango.api.client import ApiError, FilesClient
+from hango.api.client import ApiError, FilesClient, Unreachable
 from hango.db import Database, get_database
 from hango.fs.backend import PostgresBackend
-from hango.models.base import Model, Request, Response, _blank
-from hango.models.simulated import positions
+from hango.models.base import Model, Request, Response
 from hango.models.view import render, request_view
 from hango.telemetry import Configured, configure
 
@@ -147,11 +147,15 @@ class Course:
     learner: str = "learner"  # whose exercise progress check() records (HANGO_LEARNER)
     _runs: count[int] = field(default_factory=lambda: count(1))
     _generation: object = None
+    shared: Shared | None = None  # the workshop's shared server, when settings name one
+    on_server: bool = False  # the agent is on the shared server (start(..., http_only=True))
     owner: FilesClient = field(init=False)
     member: FilesClient = field(init=False)
 
     def check_tenant(self) -> None:
         """Raise :class:`TenantTaken` if another kernel restarted this notebook's tenant."""
+        if self.on_server:  # the seat is the learner's own on the shared server: nobody resets it
+            return
         if _generation(self.db, self.tenant) != self._generation:
             raise TenantTaken(
                 f"another notebook restarted tenant {self.tenant!r} after this one did (a copy of "
@@ -172,21 +176,64 @@ class Course:
         return CourseClient(self.check_tenant, self.base_url, token, agent_id or self.agent_id)
 
     def close(self) -> None:
+        self._stop()
         self.owner.close()
         self.member.close()
-        self._stop()
+        if self.shared is not None:
+            self.shared.seat.close()
         self.telemetry.shutdown()
 
 
+@dataclass
+class Shared:
+    """A workshop's shared server (``HANGO_SERVER_URL``) and the learner's seat on it (the
+    tenant of ``HANGO_TOKEN``): :func:`~hango.exercises.check` records each check there too,
+    and the instructor's ``hango workshop room`` reads them."""
+
+    url: str
+    seat: FilesClient  # the learner's token; its routes need no agent
+    tenant: str
+    seat_token: str = field(repr=False, default="")
+
+    def record(self, exercise_id: str, passed: bool, message: str) -> None:
+        self.seat.record_check(exercise_id, passed, message)
+
+    def passed(self) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self.seat.progress()["passed"].items()}
+
+
+def _shared(url: str | None, token: str | None) -> Shared | None:
+    if url is None:
+        return None
+    if token is None:
+        raise ValueError("HANGO_SERVER_URL names a shared server but HANGO_TOKEN is unset: set it "
+                         "to the token of your line of the workshop's CSV (docs/workshop.md)")
+    seat = FilesClient(url.rstrip("/"), token, COURSE_AGENT)
+    try:
+        tenant = str(seat.progress()["tenant"])
+    except (ApiError, Unreachable) as exc:
+        seat.close()
+        raise ValueError(f"the shared server {url} (HANGO_SERVER_URL) did not take HANGO_TOKEN: "
+                         f"{exc}") from None
+    return Shared(url.rstrip("/"), seat, tenant, token)
+
+
 def start(tenant: str, agent_id: str = COURSE_AGENT, config: AgentConfig | None = None,
-          model: Model | None = None) -> Course:
+          model: Model | None = None, http_only: bool = False) -> Course:
     """Start a notebook from a clean slate: drop and recreate ``tenant``, serve the API.
 
     ``model`` is the model of runs over HTTP (``POST .../runs``; default: ``HANGO_MODEL``);
     those runs get the same deterministic run ids and in-memory telemetry as ``course.agent``.
+
+    With a shared server (``HANGO_SERVER_URL`` and ``HANGO_TOKEN``) the checks are recorded there
+    too; and a notebook that talks to its agent only over HTTP (``http_only=True``) runs it
+    there, as an agent named ``tenant`` in the learner's seat, with the server's model.
     """
     logging.getLogger("hango").setLevel(logging.ERROR)  # warnings reach RunResult.warnings
     db = get_database()
+    shared = _shared(db.settings.server_url, db.settings.token)
+    if shared is not None and http_only:
+        return _on_server(db, shared, tenant, config)
     drop_tenant(db, tenant)
     create_tenant(db, tenant)
     save_agent(db, tenant, agent_id, config or AgentConfig())
@@ -198,94 +245,34 @@ def start(tenant: str, agent_id: str = COURSE_AGENT, config: AgentConfig | None 
     base_url, stop = serve_in_thread(app)
     course = Course(db, tenant, agent_id, base_url, telemetry, stop,
                     learner=learner_name(db.settings.learner), _runs=runs,
-                    _generation=_generation(db, tenant))
+                    _generation=_generation(db, tenant), shared=shared)
     course.owner = course.client(create_token(db, tenant, "owner", "notebook"))
     course.member = course.client(create_token(db, tenant, "member", "notebook"))
     return course
 
 
-def draw_request(request: Request, title: str = "") -> Any:
-    """The request as the provider reads it, left to right, widths in tokens: the tools, each
-    system block, the messages; the cache breakpoint as a line. Everything left of the line is
-    the cached prefix; what is right of it may change without invalidating it."""
-    import matplotlib.pyplot as plt
+def _on_server(db: Database, shared: Shared, name: str, config: AgentConfig | None) -> Course:
+    """The notebook's agent on the shared server: agent ``name`` in the learner's seat, made
+    afresh (its config, no files, no pending proposal) and a member token of its own, revoked
+    at :meth:`Course.close` (an earlier one of the same notebook is revoked here)."""
+    owner = FilesClient(shared.url, shared.seat_token, name)
+    owner.put_agent(config or AgentConfig())
+    for path in list(owner.iter_glob("/**")):
+        owner.delete(path)
+    for proposal in owner.proposals("pending"):
+        owner.reject(proposal["proposal_id"], "the notebook was started again from its first cell")
+    label = f"notebook {name}"
+    for token in owner.tokens():
+        if token["label"] == label and token["role"] == "member":
+            owner.revoke_token(token["id"])
+    secret, token_id = owner.create_token("member", label)
 
-    segments: list[tuple[str, int]] = []
-    sources = iter(b.source for b in request.system if not _blank(b.text))  # as sent, in order
-    for p in positions(request):
-        label = next(sources) if p.tier == "system" else p.tier
-        if segments and p.tier != "system" and segments[-1][0] == label:
-            segments[-1] = (label, segments[-1][1] + p.tokens)
-        else:
-            segments.append((label, p.tokens))
-    cut = request.system_breakpoint
-    cut_after = None if cut is None else 1 + cut + (1 if request.tools else 0)
-    total = sum(tokens for _, tokens in segments)
-    fig, ax = plt.subplots(figsize=(9, 2.6))
-    left, outside = 0, 0
-    for i, (label, tokens) in enumerate(segments):
-        cached = cut_after is not None and i < cut_after
-        ax.barh(0, tokens, left=left, color="#4c78a8" if cached else "#f58518",
-                edgecolor="white", height=0.5)
-        text = f"{label}\n{tokens} tok"
-        if tokens >= 0.12 * total:
-            ax.text(left + tokens / 2, 0, text, ha="center", va="center", fontsize=8, color="white")
-        else:  # too narrow to hold its label: write it above or below, with a leader line
-            y = (0.55 + 0.38 * (outside // 2)) * (1 if outside % 2 == 0 else -1)
-            ax.annotate(text, (left + tokens / 2, 0.25 if y > 0 else -0.25), (left + tokens / 2, y),
-                        ha="center", va="center", fontsize=8,
-                        arrowprops={"arrowstyle": "-", "color": "grey"})
-            outside += 1
-        left += tokens
-        if cut_after is not None and i == cut_after - 1:
-            ax.axvline(left, color="black", linestyle="--", linewidth=1.5)
-            ax.text(left, -1.35, "cache breakpoint ", fontsize=8, ha="right", va="bottom")
-    ax.set_ylim(-1.4, 1.4)
-    ax.set_xlim(0, left)
-    ax.set_yticks([])
-    ax.set_xlabel("tokens, in the order the provider reads them (blue: cached prefix)")
-    ax.set_title(title or "The request, left to right", fontsize=10)
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
-    fig.tight_layout()
-    plt.close(fig)  # shown once, as the cell's value, not again by the inline backend
-    return fig
+    def stop() -> None:
+        with suppress(ApiError, Unreachable):
+            owner.revoke_token(token_id)
 
-
-def draw_span_tree(spans: Sequence[Any], title: str = "") -> Any:
-    """A run's spans as a tree of boxes: each row one span, indented under its parent, in the
-    order they started. Drawn from structure, not timing, so the picture is the same every run."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    by_id = {s.context.span_id: s for s in spans}
-    children: dict[int | None, list[Any]] = {}
-    for s in sorted(spans, key=lambda s: s.start_time or 0):
-        parent = s.parent.span_id if s.parent is not None and s.parent.span_id in by_id else None
-        children.setdefault(parent, []).append(s)
-    rows: list[tuple[int, Any]] = []
-
-    def walk(parent: int | None, depth: int) -> None:
-        for span in children.get(parent, []):
-            rows.append((depth, span))
-            walk(span.context.span_id, depth + 1)
-
-    walk(None, 0)
-    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 0.6))
-    palette = {"agent.run": "#4c78a8", "agent.before_run": "#72b7b2", "chat": "#f58518",
-               "execute_tool": "#54a24b"}
-    for row, (depth, span) in enumerate(rows):
-        colour = next((c for prefix, c in palette.items() if span.name.startswith(prefix)), "#b279a2")
-        ax.add_patch(Rectangle((depth * 0.6, -row - 0.4), 6.0 - depth * 0.6, 0.8,
-                                   color=colour, alpha=0.85))
-        events = len(span.events)
-        ax.text(depth * 0.6 + 0.1, -row, span.name + (f"   ({events} event{'s' * (events != 1)})"
-                                                    if events else ""),
-                va="center", fontsize=8, color="white")
-    ax.set_xlim(0, 6.2)
-    ax.set_ylim(-len(rows) + 0.4, 0.6)
-    ax.axis("off")
-    ax.set_title(title or "The spans of one run (indented under their parent)", fontsize=10)
-    fig.tight_layout()
-    plt.close(fig)  # shown once, as the cell's value, not again by the inline backend
-    return fig
+    course = Course(db, shared.tenant, name, shared.url, configure("memory"), stop,
+                    learner=learner_name(db.settings.learner), shared=shared, on_server=True)
+    course.owner = owner
+    course.member = FilesClient(shared.url, secret, name)
+    return course

@@ -114,6 +114,14 @@ class Settings(BaseSettings):
         default=None, pattern=r"^[A-Za-z0-9._@-]{1,64}$",
         description="Whose exercise progress check() records and progress() shows (default: "
         "the login name); see hango/exercises/progress.py.")
+    # A workshop's shared server (docs/workshop.md): the notebooks send their checks there, and
+    # a notebook that talks to its agent only over HTTP (09) runs it there, in the learner's seat
+    # (the tenant of HANGO_TOKEN, an owner token of `hango workshop provision`).
+    server_url: str | None = Field(
+        default=None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+        description="The shared server, such as http://192.168.1.20:8765 (unset: none).")
+    token: str | None = Field(default=None, pattern=r"^hango_[A-Za-z0-9_-]{16,200}$", repr=False,
+                              description="The learner's token for it (and for `hango files`).")
     # A resume's claim on a run lasts this long and is renewed every third of it while the resume
     # runs; the claim of a resume whose process died expires after at most this long.
     run_lease_seconds: float = Field(default=30.0, ge=0.1, le=3600)

@@ -95,6 +95,7 @@ STEPS: tuple[Step, ...] = (
     Step("tenant-defaults", """
         ALTER TABLE IF EXISTS public.tenants
             ADD COLUMN IF NOT EXISTS defaults jsonb NOT NULL DEFAULT '{}'"""),
+    Step("learner-checks"),  # each seat's exercise checks on a shared server (70-course.sql)
 )
 
 # Tables and columns a database of the baseline release has; one lacking any is older still.

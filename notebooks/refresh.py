@@ -2,8 +2,9 @@
 
 Run it after changing hango: the committed outputs are what nbval compares with, so they must
 be what the code produces now. Timing metadata changes on every run and would only add noise
-to the diff. Each notebook runs as the learner ``you`` with no exercise passed yet (its passes
-are cleared before and after), so the committed ``progress(course)`` output is a fresh start.
+to the diff, and so would the way the kernel happened to chunk a cell's prints. Each notebook
+runs as the learner ``you`` with no exercise passed yet (its passes are cleared before and
+after), so the committed ``progress(course)`` output is a fresh start.
 """
 
 from __future__ import annotations
@@ -22,7 +23,23 @@ def refresh(path: Path) -> None:
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     for cell in notebook.cells:
         cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = _coalesced(cell.outputs)
     nbformat.write(notebook, path)
+
+
+def _coalesced(outputs: list) -> list:
+    """Consecutive prints to one stream as one output: how the kernel chunks them depends on
+    timing, which would only add noise to the diff (nbval joins them the same way)."""
+    joined: list = []
+    for output in outputs:
+        last = joined[-1] if joined else None
+        if (output.output_type == "stream" and last is not None and last.output_type == "stream"
+                and last.name == output.name):
+            last.text += output.text
+        else:
+            joined.append(output)
+    return joined
 
 
 LEARNER = "you"  # the learner of the committed outputs

@@ -407,8 +407,8 @@ def test_openapi_document(api_url: str) -> None:
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     operations = [(p, m, op) for p, ops in doc["paths"].items() for m, op in ops.items()]
     # files API; /v1/tokens; runs and proposals (test_proposals); history, diff, restore;
-    # runs listed and a run's prompt; the tenant's defaults
-    assert len(operations) == 8 + 3 + 8 + 3 + 2 + 2
+    # runs listed and a run's prompt; the tenant's defaults; a seat's checks (test_room)
+    assert len(operations) == 8 + 3 + 8 + 3 + 2 + 2 + 2
     for path, method, op in operations:
         responses = op["responses"]
         for code in ("401", "422", "503"):
@@ -451,6 +451,7 @@ GET_URLS = {
     "/v1/tenant/defaults": ["/v1/tenant/defaults"],
     "/v1/agents/{agent_id}/proposals": ["/v1/agents/a1/proposals?status=all"],
     "/v1/agents/{agent_id}/proposals/{proposal_id}": ["/v1/agents/a1/proposals/nope"],
+    "/v1/progress": ["/v1/progress"],
 }
 
 

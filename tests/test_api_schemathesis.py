@@ -57,6 +57,7 @@ OPERATIONS = [
     ("POST", "/v1/agents/{agent_id}/restore/{path}"), ("GET", "/v1/agents/{agent_id}/runs"),
     ("GET", "/v1/agents/{agent_id}/runs/{run_id}/prompt"),
     ("GET", "/v1/tenant/defaults"), ("PUT", "/v1/tenant/defaults"),
+    ("GET", "/v1/progress"), ("PUT", "/v1/progress/{exercise_id}"),
 ]
 
 

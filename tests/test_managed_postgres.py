@@ -42,6 +42,7 @@ from hango.api.app import create_app, serve_in_thread
 from hango.db import APP_ROLE, Database, DatabaseError, DatabaseRefused, EmbeddedServer
 from hango.fs.backend import PostgresBackend
 from hango.models.simulated import SimulatedModel, tool_call
+from hango.room import record_check, room
 from hango.settings import load_settings
 from hango.workshop import provision
 
@@ -193,6 +194,10 @@ def test_admin_paths_work_for_an_owner_that_is_not_a_superuser(managed: Managed,
                              tenant], capture_output=True, text=True, env=env, timeout=120)
     assert listed.returncode == 0, listed.stderr
     assert token_id in listed.stdout and "workshop" in listed.stdout
+    record_check(db, seats[1].tenant, "00.1", True, "seen by the room view")  # across tenants too
+    seen = room(db, seats[0].tenant.rsplit("-", 1)[0])
+    assert [(s.tenant, s.passed) for s in seen[:2]] == [(seats[0].tenant, 0), (seats[1].tenant, 1)]
+    assert len(seen) == 12
     drop_tenant(db, tenant)
     with db.admin(tenant) as conn:
         assert conn.execute("SELECT count(*) FROM agents").fetchone() == (0,)

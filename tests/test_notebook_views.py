@@ -10,7 +10,8 @@ from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, save_agent
 from hango.db import Database
 from hango.models.simulated import SimulatedModel, positions
-from hango.notebook import draw_request, show_request
+from hango.notebook import show_request
+from hango.pictures import draw_request
 
 
 def test_the_table_and_the_bars_give_each_block_the_tokens_it_is_billed_for(
@@ -26,7 +27,7 @@ def test_the_table_and_the_bars_give_each_block_the_tokens_it_is_billed_for(
     assert table == billed and len(table) == len(request.system)
     everything = sum(p.tokens for p in positions(request))
     assert everything == result.responses[0].usage.total_input_tokens
-    figure = draw_request(request)
+    figure = draw_request(request).figure
     bars = {t.get_text() for ax in figure.axes for t in ax.texts}
     for block, tokens in zip(request.system, table, strict=True):
         assert f"{block.source}\n{tokens} tok" in bars

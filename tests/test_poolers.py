@@ -52,6 +52,7 @@ from hango.fs.files import ReadFiles
 from hango.models.simulated import SimulatedModel, tool_call
 from hango.perf.gated import gated as gated_read
 from hango.perf.gated import read_if_changed
+from hango.room import record_check
 from hango.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +62,8 @@ needs_pgbouncer = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 # Every table under row-level security, and a query that counts, with no WHERE clause, the
 # rows of each that belong to another tenant than ``%(me)s``.
 TENANT_TABLES = ("tenants", "agents", "agent_files", "tenant_usage", "agent_changes", "runs",
-                 "proposals", "run_calls", "agent_file_versions", "run_prompts")
+                 "proposals", "run_calls", "agent_file_versions", "run_prompts",
+                 "learner_checks")
 FOREIGN = "SELECT current_user, " + " + ".join(
     f"(SELECT count(*) FROM {t} WHERE tenant_id <> %(me)s)" for t in TENANT_TABLES) + \
     ", (SELECT count(*) FROM agent_files)"
@@ -95,6 +97,7 @@ def _tenant_with_every_kind_of_row(db: Database) -> tuple[str, str]:
         "done"])).run("remember", record=True)
     assert result.status == "interrupted"  # a run row and a pending proposal
     prompts.store(db, tenant, result.run_id, result.requests, result.responses, 10_000)
+    record_check(db, tenant, "00.1", True, "a check of the room view")
     return tenant, create_token(db, tenant, "owner")
 
 

@@ -42,7 +42,7 @@ class HeldModel(SimulatedModel):
         if "hold" in request.messages[-1].text:
             self.entered.release()
             self.release.wait()
-        return super().complete(request)  # the simulator serves many threads
+        return super().complete(request)  # the simulator serves one call at a time itself
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hango import retention
 from hango.agents import check_default_sources
-from hango.api import agents, files, history, run_views, runs
+from hango.api import agents, files, history, progress, run_views, runs
 from hango.api.deps import Authenticate, _db_of, hango_error, unavailable
 from hango.db import Database, DatabaseError, get_database
 from hango.errors import HangoError
@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from hango.telemetry.server import Served
 
 log = logging.getLogger("hango")
-ROUTERS = (files, history, agents, runs, run_views)
+ROUTERS = (files, history, agents, runs, run_views, progress)
 
 # The layout: this module builds the app (middleware, error handlers, routers) and serves it;
 # deps.py is the request context (database, token, agent) and the one error mapping;

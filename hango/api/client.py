@@ -330,6 +330,29 @@ class FilesClient:
         return dict(self._send("POST", self._proposal(proposal_id) + "/reject",
                                json_body={"reason": reason}).json())
 
+    # the token's tenant: its tokens (owner), its exercise checks (hango.api.progress)
+
+    def create_token(self, role: str, label: str = "") -> tuple[str, str]:
+        """Mint a token in the caller's tenant (owner): ``(secret, token id)``."""
+        body = self._send("POST", "/v1/tokens", json_body={"role": role, "label": label}).json()
+        return str(body["token"]), str(body["id"])
+
+    def tokens(self) -> list[dict[str, Any]]:
+        """The tokens of the caller's tenant (owner), without their secrets."""
+        return list(self._send("GET", "/v1/tokens").json()["tokens"])
+
+    def revoke_token(self, token_id: str) -> None:
+        self._send("DELETE", f"/v1/tokens/{quote(token_id, safe='')}")
+
+    def progress(self) -> dict[str, Any]:
+        """``{"tenant": the caller's seat, "passed": {exercise id: what it verified}}``."""
+        return dict(self._send("GET", "/v1/progress").json())
+
+    def record_check(self, exercise_id: str, passed: bool, message: str) -> None:
+        """Record one check of an exercise for the caller's seat (the room view reads it)."""
+        self._send("PUT", f"/v1/progress/{quote(exercise_id, safe='')}",
+                   json_body={"passed": passed, "message": message[:2000]})
+
     def _proposal(self, proposal_id: str) -> str:
         return f"{self._agent}/proposals/{quote(proposal_id, safe='')}"
 

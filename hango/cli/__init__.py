@@ -197,6 +197,14 @@ def _parser() -> argparse.ArgumentParser:
         "remove", help="delete every tenant PREFIX-NN, with its agents, files and tokens")
     remove.add_argument("--prefix", default="learner")
     remove.add_argument("--yes", action="store_true", help="yes, delete them")
+    room = workshop_sub.add_parser(
+        "room", help="every learner PREFIX-NN: last activity, runs by status, pending proposals, "
+                     "exercises passed, the last error (an admin read across tenants)")
+    room.add_argument("--prefix", default="learner")
+    room.add_argument("--watch", type=float, metavar="SECONDS",
+                      help="redraw every SECONDS (at least 1) until --for has passed or Ctrl-C")
+    room.add_argument("--for", dest="watch_for", type=float, default=3600, metavar="SECONDS",
+                      help="how long --watch goes on (default 3600, at most 86400)")
     workshop.set_defaults(func=cmd_workshop)
     return parser
 

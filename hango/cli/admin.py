@@ -260,6 +260,8 @@ def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_workshop(args: argparse.Namespace, settings: Settings) -> int:
     from hango.workshop import as_csv, provision, remove
 
+    if args.action == "room":
+        return _room(args, settings)
     if args.action == "remove" and not args.yes:
         raise CliError(f"this deletes every tenant {args.prefix}-NN with all its files and "
                        "tokens: add --yes to do it")
@@ -277,3 +279,31 @@ def cmd_workshop(args: argparse.Namespace, settings: Settings) -> int:
     sys.stdout.write(as_csv(provisioned.seats))
     say(provisioned.summary())
     return 0
+
+
+def _room(args: argparse.Namespace, settings: Settings) -> int:
+    """The room view, once or redrawn every ``--watch`` seconds for at most ``--for`` seconds."""
+    import time
+
+    from hango.exercises import EXERCISES
+    from hango.room import render, room
+
+    if args.watch is not None and not 1 <= args.watch <= 3600:
+        raise CliError(f"--watch takes 1 to 3600 seconds, got {args.watch:g}")
+    if not 0 < args.watch_for <= 86400:
+        raise CliError(f"--for takes up to 86400 seconds, got {args.watch_for:g}")
+    db = open_db(settings)
+    try:
+        ends = time.monotonic() + args.watch_for
+        while True:
+            table = render(room(db, args.prefix), len(EXERCISES), datetime.now(UTC))
+            if args.watch is not None and sys.stdout.isatty():
+                sys.stdout.write("\x1b[H\x1b[2J")  # redraw in place
+            print(table, flush=True)
+            if args.watch is None or time.monotonic() + args.watch > ends:
+                return 0
+            time.sleep(args.watch)
+            if args.watch is not None and not sys.stdout.isatty():
+                print()
+    finally:
+        db.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from hango.cli.common import CliError, say
@@ -15,7 +14,7 @@ def cmd_files(args: argparse.Namespace, settings: Settings) -> int:
     from hango.api.client import FilesClient, Unreachable
     from hango.api.sync import pull, push
 
-    token = args.token or os.environ.get("HANGO_TOKEN")
+    token = args.token or settings.token
     if not token:
         raise CliError("a bearer token is needed: --token or HANGO_TOKEN (see `hango token create`)")
     url = args.url or f"http://{settings.host}:{settings.port}"

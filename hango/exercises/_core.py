@@ -83,12 +83,26 @@ def check(exercise_id: str, course: Course, **work: Any) -> None:
         verified = ex.check(course, **work)
     except NotYet as missing:
         print(f"NOT YET {exercise_id}: {missing}\n  answer: {ex.answer}\n  hint: {ex.hint}")
+        _to_the_room(course, exercise_id, False, str(missing))
         return
     print(f"PASS {exercise_id}: {verified}")
+    _to_the_room(course, exercise_id, True, verified)
     try:
         record(course.db, course.learner, exercise_id, verified)
     except Exception as exc:  # a check never raises: the pass stands, unrecorded
         print(f"  (not recorded in your progress: {exc})")
+
+
+def _to_the_room(course: Course, exercise_id: str, passed: bool, message: str) -> None:
+    """With a shared server (``HANGO_SERVER_URL``), record the check in the learner's seat there,
+    where the instructor's room view reads it."""
+    shared = getattr(course, "shared", None)
+    if shared is None:
+        return
+    try:
+        shared.record(exercise_id, passed, message)
+    except Exception as exc:  # a check never raises: the room just does not see this one
+        print(f"  (not recorded on the shared server {shared.url}: {exc})")
 
 
 # --- what the learner passed: the right kind of answer ------------------------------------------

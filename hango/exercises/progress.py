@@ -2,7 +2,9 @@
 
 Every notebook's first cell drops and recreates its own tenant, so a pass cannot be kept in one:
 it is kept per *learner*, in the table ``exercise_passes``, beside the tenants and not inside
-them. The learner is ``HANGO_LEARNER``, or the login name. ``check`` records each pass (the
+them. The learner is ``HANGO_LEARNER``, or the login name. With a workshop's shared server
+(``HANGO_SERVER_URL``), each check is recorded in the learner's seat there too (:mod:`hango.room`)
+and :func:`progress` counts what the server holds. :func:`check` records each pass (the
 first one counts; running a solution again changes nothing) and :func:`progress` shows, in any
 notebook, what is passed and what comes next. What a pass verified is kept with it.
 """
@@ -36,8 +38,17 @@ def progress(course: Course) -> None:
     the next one to do. The same in every notebook: progress is the learner's, not a tenant's."""
     done = passed(course.db, course.learner)
     ids = sorted(EXERCISES)
+    where = ""
+    shared = getattr(course, "shared", None)
+    if shared is not None:  # a workshop's shared server: what it holds for the seat counts too
+        try:
+            on_server = shared.passed()
+            where = f" (with seat {shared.tenant} on {shared.url}: {len(on_server)} passed there)"
+            done = {**on_server, **done}
+        except Exception as exc:
+            where = f" (the shared server {shared.url} did not answer: {exc})"
     print(f"progress of learner {course.learner!r}: {sum(i in done for i in ids)} of {len(ids)} "
-          "exercises passed")
+          "exercises passed" + where)
     width = max(len(title) for title in NOTEBOOKS.values()) + 3
     for number, title in NOTEBOOKS.items():
         marks = "  ".join(f"{'✓' if i in done else '·'} {i}" for i in ids if i[:2] == number)

@@ -8,10 +8,12 @@ the real system: the spans the in-memory OpenTelemetry SDK finished (``course.te
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from hango.agent import proposals as proposal_store
 from hango.agent import runs as run_store
+from hango.api.client import ApiError
 from hango.exercises._core import NotYet, _index_text, _run, exercise
 from hango.models.simulated import min_cacheable_tokens
 
@@ -146,20 +148,33 @@ def _08_3(course: Course, result: RunResult | None = None, winner: str | None = 
 # --- 09 agent-written memory -----------------------------------------------------------------
 
 
+# On a workshop's shared server (``start(..., http_only=True)``) the runs, the proposals and the
+# spans are the server's: the checks read the first two over HTTP, and skip what only spans show.
+
+
 def _http_run(course: Course, run: Any, name: str) -> dict[str, Any]:
     """The ``runs`` row of a run made over HTTP (``course.member.run(...)`` returns its dict)."""
     if not isinstance(run, dict) or "run_id" not in run:
         raise NotYet(f"no run yet: pass what course.member.run(...) returned as {name}=...")
     try:
+        if course.on_server:
+            out = course.member.get_run(run["run_id"])
+            return {"run_id": out["run_id"], "status": out["status"], "result": out}
         return run_store.load(course.db, course.tenant, run["run_id"])
-    except run_store.RunNotFound:
+    except (run_store.RunNotFound, ApiError):
         raise NotYet(f"{run['run_id']} is not in this tenant's runs table") from None
 
 
-def _proposal_of(course: Course, run: dict[str, Any], name: str) -> proposal_store.Proposal:
-    found = [p for p in proposal_store.list_proposals(course.db, course.tenant, course.agent_id,
-                                                     None)
-             if p.run_id == run["run_id"]]
+def _proposals(course: Course) -> list[Any]:
+    """Every proposal of the course's agent, in any status, with its content."""
+    if course.on_server:
+        return [SimpleNamespace(**course.owner.proposal(p["proposal_id"]))
+                for p in course.owner.proposals("all")]
+    return proposal_store.list_proposals(course.db, course.tenant, course.agent_id, None)
+
+
+def _proposal_of(course: Course, run: dict[str, Any], name: str) -> Any:
+    found = [p for p in _proposals(course) if p.run_id == run["run_id"]]
     if not found:
         raise NotYet(f"{name} made no proposal: run it in ask mode with 'Remember: ...'")
     return found[0]
@@ -171,17 +186,21 @@ def _proposal_of(course: Course, run: dict[str, Any], name: str) -> proposal_sto
                "'refuse'})), then course.member.run('Remember: ...')")
 def _09_1(course: Course, run: Any = None) -> str:
     row = _http_run(course, run, "run")
+    if any(p.run_id == row["run_id"] for p in _proposals(course)):
+        raise NotYet(f"{row['run_id']} made a proposal: the agent is still in ask mode")
+    text = row["result"].get("text", "")
+    if course.on_server:  # the spans are the server's: the run's answer is what is seen here
+        if row["status"] != "done" or "reserved prefix" not in text:
+            raise NotYet(f"{row['run_id']} is {row['status']} and its answer names no refused "
+                         f"write: {text!r}")
+        return f"{row['run_id']} is done with no proposal, and the agent read: {text!r}"
     spans = _spans_of(course, row["result"].get("trace_id", ""), row["run_id"])
     writes = [s for s in spans if s.name in ("execute_tool write_file", "execute_tool edit_file")]
     if not writes:  # the model edits a memory file that exists, and writes one that does not
         raise NotYet(f"{row['run_id']} made no write_file or edit_file call: ask it to "
                      "'Remember: ...'")
-    if any(p.run_id == row["run_id"] for p in proposal_store.list_proposals(
-            course.db, course.tenant, course.agent_id, None)):
-        raise NotYet(f"{row['run_id']} made a proposal: the agent is still in ask mode")
     if row["status"] != "done" or not _attrs(writes[0]).get("hango.tool.error"):
         raise NotYet(f"{row['run_id']} is {row['status']}, its {writes[0].name.split()[-1]} not refused")
-    text = row["result"].get("text", "")
     if "reserved prefix" not in text:
         raise NotYet(f"the tool result the model repeated does not name the rule: {text!r}")
     return (f"{row['run_id']} is done with no proposal; the {writes[0].name.split()[-1]} span has "
@@ -232,6 +251,9 @@ def _09_3(course: Course, run: Any = None, second_resume: Any = None) -> str:
         raise NotYet(f"{row['run_id']} is {row['status']}: decide its proposal, then resume it")
     if getattr(second_resume, "status", None) != 409:
         raise NotYet("pass the ApiError the second resume raised as second_resume=...")
+    if course.on_server:  # the spans are the server's: its answer to the second resume is seen
+        return (f"{row['run_id']} was resumed and is done; the second resume got "
+                f"{second_resume.status}: {second_resume.message}")
     resumed = [e for _, name, e in _events(list(course.telemetry.spans()))
                if name == "agent.run_resumed" and e.get("run_id") == row["run_id"]]
     if len(resumed) != 1:

@@ -23,9 +23,12 @@ MISS_REASONS: dict[str, str] = {
     "previous_message_not_found": "nothing to read yet: the first call with this prefix writes it",
     "below_minimum": "the prefix up to the breakpoint is below the model's minimum cacheable "
                      "length, so nothing is cached (make the stable part longer)",
-    "system_changed": "a system block before the breakpoint changed since the previous call",
-    "tools_changed": "the tool definitions changed since the previous call",
-    "messages_changed": "a message before the breakpoint changed since the previous call",
+    "system_changed": "this prompt leaves the previous call's cached prefix at a system block "
+                      "(one changed or was added): only what comes before it is read",
+    "tools_changed": "the tool definitions differ from the previous call's: nothing after them "
+                     "is read",
+    "messages_changed": "this prompt leaves the previous call's cached prefix at a message: "
+                        "only what comes before it is read",
     "model_changed": "another model: each model has a cache of its own",
     "expired": "the cached prefix outlived its TTL with no read to refresh it",
     "outside_lookback": "the prefix is cached, but more than 20 blocks before every breakpoint",
