@@ -396,3 +396,16 @@ def test_token_labels_are_checked_and_listed_escaped(db: Database, tenant: str) 
     assert revoked.returncode == 0
     assert (f"note: tenant {tenant} has no owner token now; `hango token create {tenant} "
             "--role owner` makes one") in revoked.stderr
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(db: Database) -> None:
+    """``hango workshop room --watch 1 | head -1``: the pipe closes while the view still writes;
+    the command stops quietly (141, as a shell's own commands do), with no traceback."""
+    proc = subprocess.Popen([HANGO, "workshop", "room", "--prefix", "nobody-here", "--watch", "1",
+                             "--for", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ))
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline()  # the view started writing
+    proc.stdout.close()  # the reader leaves
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 141 and b"Traceback" not in err, err.decode()

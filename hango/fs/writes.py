@@ -1,20 +1,14 @@
 """The one write path of the agent files: ``write``, ``edit`` and ``delete`` of a namespace.
 
-Each is one transaction, or a savepoint in the caller's when the backend works inside one
-(``PostgresBackend.within``: approving a proposal writes the file and the
-decision together). A file carries a ``version`` for optimistic concurrency: pass
-``if_version`` and a write that lost a race is refused with :class:`VersionConflict` instead of
-silently overwriting (``if_version=0``: only if the file does not exist yet). No write makes a
-file larger than ``HANGO_MAX_FILE_BYTES`` (:class:`FileTooLarge`, checked before the content is
-built) or stores what is not text (:class:`InvalidText`: U+0000, a lone surrogate), and the
-database refuses one that would take the tenant over its quota (:class:`QuotaExceeded`) or give
-a file and a directory one name (:class:`PathConflict`). Every door writes through here: the
-files API, the agent's tools, approve, restore; no other code inserts or updates ``agent_files``.
-
-Under ``/memories/`` and ``/skills/`` each write and delete first copies the file's current
-version into its history (``agent_file_versions``, :mod:`hango.fs.history` reads it), keeping at
-most ``HANGO_HISTORY_MAX_VERSIONS``; with each version goes who wrote it (``backend.author``),
-the proposal it came from or the version it restored.
+Each is one transaction, or a savepoint in the caller's (``PostgresBackend.within``: approve
+writes the file and the decision together). ``if_version`` refuses a write that lost a race
+(:class:`VersionConflict`; ``0``: only a new file). No write exceeds ``HANGO_MAX_FILE_BYTES``
+(:class:`FileTooLarge`) or stores what is not text (:class:`InvalidText`); the database refuses
+the tenant's quota (:class:`QuotaExceeded`) and a file named like a directory
+(:class:`PathConflict`). Under ``/memories/`` and ``/skills/`` each write and delete first keeps
+the current version in ``agent_file_versions`` (:mod:`hango.fs.history`), with who wrote it.
+Every door writes here: the files API, the tools, approve, restore; nothing else writes
+``agent_files``.
 """
 
 from __future__ import annotations
