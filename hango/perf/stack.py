@@ -17,9 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from hango.agent.hooks import Reader, RunContext, RunHook, StateKey
 from hango.agent.stack import Stack, default_stack
+from hango.fs.backend import PostgresBackend
 from hango.fs.files import FileData, Namespace, Read, read
-from hango.perf.cache import CACHE, BuildCache, Built, ParseMemo, Recording, replay
-from hango.perf.gated import gated, read_if_changed
+from hango.perf.backend import OneTripBackend
+from hango.perf.cache import CACHE, BuildCache, Built, ParseMemo, Planned, Recording, replay
+from hango.perf.gated import Gated, gated, read_if_changed
+from hango.perf.gated import results as gated_results
 from hango.telemetry import ATTR_SKILLS_PARSED
 
 if TYPE_CHECKING:
@@ -30,7 +33,8 @@ if TYPE_CHECKING:
 class Trace:
     """What the cached stack did in one run: for the parity test and the benches."""
 
-    round_trips: int = 0
+    round_trips: int = 0  # its own: 0 when the reads came with the config (prefetched)
+    prefetched: bool = False
     replayed: list[str] = field(default_factory=list)  # hook names, in chain order
     built: list[str] = field(default_factory=list)
 
@@ -50,20 +54,40 @@ def _kind(mw: Any) -> tuple[bool, bool]:
     return kind
 
 
-def _salt(hook: Reader, ctx: RunContext) -> Hashable:
+def _salt(hook: Reader, config: str, ctx: RunContext) -> Hashable:
     """Everything a build depends on besides its rows: the hook's own parameters, the config
-    and the allowlist. A change of any is another key, never a stale replay."""
+    (``config``: its JSON) and the allowlist. A change of any is another key, never a stale
+    replay."""
     params = sorted((name, repr(value)) for name, value in vars(hook).items()
                     if not isinstance(value, StateKey) and not callable(value))
-    return (type(hook).__qualname__, tuple(params), ctx.config.model_dump_json(), ctx.allowlist)
+    return (type(hook).__qualname__, tuple(params), config, ctx.allowlist)
+
+
+@dataclass(frozen=True)
+class Prefetched:
+    """The hooks' reads of the agent's last run, sent gated in the round trip that read the
+    config (:class:`~hango.perf.agent.CachedAgent`): used when this run plans the same reads on
+    the same builds, else this run makes its own round trip."""
+
+    plan: tuple[Planned, ...]
+    reads: list[Gated]
+    rowsets: list[list[tuple[Any, ...]]]
+
+
+def entry_key(db: Any, tenant_id: str, agent_id: str) -> Hashable:
+    return (db.app_conninfo, tenant_id, agent_id)
 
 
 class CachedStack(Stack):
-    """A :class:`~hango.agent.stack.Stack` whose ``before_run`` is one round trip and a replay."""
+    """A :class:`~hango.agent.stack.Stack` whose ``before_run`` is one round trip and a replay
+    (none when its agent read the reads with the config: ``prefetched``)."""
 
-    def __init__(self, middlewares: Sequence[Any], cache: BuildCache | None = None) -> None:
+    def __init__(self, middlewares: Sequence[Any], cache: BuildCache | None = None,
+                 prefetched: Prefetched | None = None) -> None:
         super().__init__(middlewares)
         self.cache = cache or CACHE
+        self.prefetched = prefetched
+        self.kinds = [_kind(mw) for mw in self.middlewares]  # once per stack
 
     def before_run(self, ctx: RunContext) -> None:
         backend = ctx.backend
@@ -71,21 +95,34 @@ class CachedStack(Stack):
             raise TypeError(f"the cached stack reads the agent's files from its database; "
                             f"{type(backend).__name__} is not a namespace of one: use the plain "
                             "stack (hango.agent.stack.default_stack)")
-        entry = self.cache.entry((backend.db.app_conninfo, ctx.tenant_id, ctx.agent_id))
+        if (isinstance(backend, PostgresBackend) and backend.conn is None
+                and not isinstance(backend, OneTripBackend)):
+            ctx.backend = OneTripBackend(backend)  # the run's reads (read_file): one trip each
+        entry = self.cache.entry(entry_key(backend.db, ctx.tenant_id, ctx.agent_id))
         trace = ctx.state(TRACE)
+        config = entry.config
+        dump = config[2] if config is not None and config[1] is ctx.config else \
+            ctx.config.model_dump_json()
         plans: dict[int, tuple[Hashable, list[Read], Built | None]] = {}
-        kinds = [_kind(mw) for mw in self.middlewares]
-        for mw, (_, reader) in zip(self.middlewares, kinds, strict=True):
+        for mw, (_, reader) in zip(self.middlewares, self.kinds, strict=True):
             if reader:
                 reads = list(mw.reads(ctx))
-                key: Hashable = (_salt(mw, ctx), tuple(reads))
+                key: Hashable = (_salt(mw, dump, ctx), tuple(reads))
                 plans[id(mw)] = (key, reads, self.cache.get(entry, key))
-        wanted = [(r, None if built is None else built.counter)
-                  for _, reads, built in plans.values() for r in reads]
-        results = read_if_changed(backend, [gated(r, backend.ns(), k) for r, k in wanted])
-        trace.round_trips += 1
+        prefetched, self.prefetched = self.prefetched, None
+        if prefetched is not None and [(p.key, p.counter) for p in prefetched.plan] == [
+                (key, None if built is None else built.counter)
+                for key, _, built in plans.values()]:
+            results = gated_results(backend, prefetched.reads, prefetched.rowsets)
+            trace.prefetched = True
+        else:
+            wanted = [(r, None if built is None else built.counter)
+                      for _, reads, built in plans.values() for r in reads]
+            results = read_if_changed(backend, [gated(r, backend.ns(), k) for r, k in wanted])
+            trace.round_trips += 1
         fetched = iter(results)
-        for mw, (hook, reader) in zip(self.middlewares, kinds, strict=True):
+        plan: list[Planned] = []
+        for mw, (hook, reader) in zip(self.middlewares, self.kinds, strict=True):
             if not hook:
                 continue
             if not reader:
@@ -106,9 +143,11 @@ class CachedStack(Stack):
                     built, parsed = _build(ctx, mw, rows, counter, entry.memos)
                     self.cache.remember(entry, key, built)
                     trace.built.append(mw.name)
+                plan.append(Planned(key, tuple(reads), built.counter))
                 mw.report(ctx, span, time.perf_counter() - started)
                 if hasattr(mw, "parse"):  # how many inputs the memo did not hold
                     span.set_attribute(ATTR_SKILLS_PARSED, parsed)
+        entry.plan = tuple(plan)  # what the agent's next run reads with its config
 
 
 def _build(ctx: RunContext, hook: Reader, rows: list[list[FileData]], counter: int,
