@@ -5,7 +5,9 @@ trip and replayed builds (:mod:`hango.perf.stack`); without this package every r
 builds everything, and gives the same requests byte for byte, only slower.
 """
 
+from hango.perf.agent import CachedAgent
 from hango.perf.cache import CACHE, BuildCache
 from hango.perf.stack import CachedStack, Trace, cached_stack, trace_of
 
-__all__ = ["CACHE", "BuildCache", "CachedStack", "Trace", "cached_stack", "trace_of"]
+__all__ = ["CACHE", "BuildCache", "CachedAgent", "CachedStack", "Trace", "cached_stack",
+           "trace_of"]

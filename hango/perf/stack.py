@@ -88,6 +88,7 @@ class CachedStack(Stack):
         self.cache = cache or CACHE
         self.prefetched = prefetched
         self.kinds = [_kind(mw) for mw in self.middlewares]  # once per stack
+        self.trace: Trace | None = None  # its last run's
 
     def before_run(self, ctx: RunContext) -> None:
         backend = ctx.backend
@@ -99,7 +100,7 @@ class CachedStack(Stack):
                 and not isinstance(backend, OneTripBackend)):
             ctx.backend = OneTripBackend(backend)  # the run's reads (read_file): one trip each
         entry = self.cache.entry(entry_key(backend.db, ctx.tenant_id, ctx.agent_id))
-        trace = ctx.state(TRACE)
+        trace = self.trace = ctx.state(TRACE)
         config = entry.config
         dump = config[2] if config is not None and config[1] is ctx.config else \
             ctx.config.model_dump_json()
