@@ -52,7 +52,7 @@ from hango.fs.backend import FileNotFound, PostgresBackend
 from hango.models.simulated import SimulatedModel, tool_call
 from hango.perf import cache, gated
 from hango.perf.agent import NoAgent
-from hango.perf.stack import CachedStack
+from hango.perf.stack import CachedStack, entry_key
 from hango.telemetry import EVENT_SKILL_TOOLS_NARROWED, Telemetry
 
 # The speed layer alone (not the parity stack, which runs every before_run twice)
@@ -171,7 +171,7 @@ class Doors:
                 "skills": ["/skills/team/"] if "/skills/team" in path else None})
         elif door == "config":
             tools = ["read_file", "ls"] if content and len(content) % 2 else ["read_file", "glob"]
-            memory = ["/memories/AGENTS.md"] if content is None else [
+            memory = None if content is None else [  # None: the tenant's defaults say
                 "/memories/team.md", "/memories/AGENTS.md"]
             skills = ["/skills/"] if "/skills/team" not in path else ["/skills/", "/skills/team/"]
             save_agent(self.db, self.tenant, "a1",
@@ -497,3 +497,19 @@ def test_a_read_file_is_one_round_trip(db: Database, tenant: str) -> None:
     assert results[-1].messages[2].tool_results[0].content == "hello"
     with pytest.raises(NoAgent):
         perf.CachedAgent(db, tenant, "nobody", SimulatedModel()).run("hi")
+
+
+def test_a_build_a_slower_run_left_behind_is_never_replayed(db: Database, tenant: str) -> None:
+    """Two runs at once: the slower one remembers its older build after the newer run planned
+    the next reads. The next run's reads came gated on the newer counter; they are used only on
+    the build they were planned on, so the older build is rebuilt, not replayed."""
+    _, backend = _run_counts(db, tenant)
+    agent = perf.CachedAgent(db, tenant, "a1", SimulatedModel(), settings=db.settings)
+    agent.run("warm")
+    entry = perf.CACHE.entry(entry_key(db, tenant, "a1"))
+    older = dict(entry.builds)
+    backend.write("/skills/s/SKILL.md", skill("s", "two"))
+    assert "two" in system(agent.run("hi"))
+    for key, built in older.items():  # the slower run, done now
+        perf.CACHE.remember(entry, key, built)
+    assert "two" in system(agent.run("hi"))
