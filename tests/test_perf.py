@@ -32,7 +32,7 @@ from test_skills import block, skill_file, skills_span
 from hango import perf, prompts
 from hango.agent import runs as agent_runs
 from hango.agent.frontmatter import FENCES, HEAD_BYTES
-from hango.agent.hooks import RunContext
+from hango.agent.hooks import RunContext, RunHook
 from hango.agent.memory import MemoryMiddleware
 from hango.agent.runtime import Agent
 from hango.agent.skills import INDEX_FOOTER, INDEX_HEADER, SkillsMiddleware
@@ -513,3 +513,65 @@ def test_a_build_a_slower_run_left_behind_is_never_replayed(db: Database, tenant
     for key, built in older.items():  # the slower run, done now
         perf.CACHE.remember(entry, key, built)
     assert "two" in system(agent.run("hi"))
+
+
+# --- the stack's capabilities, once per middleware class -------------------------------------
+
+def test_a_run_checks_no_protocol_once_the_classes_are_known(
+        db: Database, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``runtime_checkable`` isinstance costs 4-17 us (every member looked up): the cached
+    stack knows each middleware class's protocols after their first run, the plain one asks
+    about 20 times a run."""
+    _run_counts(db, tenant)
+    cached = perf.CachedAgent(db, tenant, "a1", SimulatedModel(), settings=db.settings)
+    plain = Agent(db, tenant, "a1", SimulatedModel(), settings=db.settings)
+    cached.run("warm")
+    checks: list[type] = []
+    meta = type(RunHook)
+    original = meta.__instancecheck__
+
+    def counting(cls: type, instance: Any) -> bool:
+        checks.append(cls)
+        return bool(original(cls, instance))
+
+    monkeypatch.setattr(meta, "__instancecheck__", counting)
+    cached.run("hi")
+    assert checks == []
+    plain.run("hi")
+    assert len(checks) >= 15
+
+
+def test_the_cached_stack_wraps_calls_in_the_plain_order() -> None:
+    """Model and tool calls go through the wrappers first middleware outermost, and the tools
+    and the request are the plain stack's (the parity fixture compares requests too)."""
+    seen: list[str] = []
+
+    class Wrapper:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def wrap_model_call(self, ctx: Any, request: Any, call_next: Any) -> Any:
+            seen.append(f"model {self.name}")
+            return call_next(request)
+
+        def wrap_tool_call(self, ctx: Any, call: Any, call_next: Any) -> Any:
+            seen.append(f"tool {self.name}")
+            return call_next(call)
+
+    class Provider(Wrapper):
+        def tools(self, ctx: Any) -> Any:
+            return FILESYSTEM_TOOLS[:2]
+
+    chain = [Wrapper("a"), Provider("b"), Wrapper("c")]
+    ctx = RunContext("t", "a1", AgentConfig(), None, "r", frozenset({"read_file"}),  # type: ignore[arg-type]
+                     Telemetry())
+    out = []
+    for stack in (Stack(chain), CachedStack(chain)):
+        seen.clear()
+        stack.call_model(ctx, "req", lambda r: seen.append("inner") or r)  # type: ignore[arg-type, func-returns-value]
+        stack.call_tool(ctx, "call", lambda c: seen.append("inner") or c)  # type: ignore[arg-type, func-returns-value]
+        tools = stack.tools(ctx)
+        out.append((list(seen), list(tools), stack.build_request(ctx, (), tools, "m")))
+    assert out[0] == out[1]
+    assert out[0][0] == ["model a", "model b", "model c", "inner",
+                         "tool a", "tool b", "tool c", "inner"]

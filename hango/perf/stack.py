@@ -15,10 +15,25 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hango.agent.hooks import Reader, RunContext, RunHook, StateKey
+from hango.agent.hooks import (
+    BreakpointMarker,
+    ModelCall,
+    ModelWrapper,
+    PromptContributor,
+    Reader,
+    RunContext,
+    RunHook,
+    StateKey,
+    Tool,
+    ToolCallNext,
+    ToolProvider,
+    ToolWrapper,
+)
+from hango.agent.promptcache import tenant_scope
 from hango.agent.stack import Stack, default_stack
 from hango.fs.backend import PostgresBackend
 from hango.fs.files import FileData, Namespace, Read, read
+from hango.models.base import Block, Breakpoint, Message, Request, ToolCall, ToolResult
 from hango.perf.backend import OneTripBackend
 from hango.perf.cache import CACHE, BuildCache, Built, ParseMemo, Planned, Recording, replay
 from hango.perf.gated import Gated, gated, read_if_changed
@@ -42,15 +57,33 @@ class Trace:
 TRACE: StateKey[Trace] = StateKey("perf", Trace)
 
 
-_KINDS: dict[type, tuple[bool, bool]] = {}
+@dataclass(frozen=True)
+class Kind:
+    """Which protocols of :mod:`hango.agent.hooks` a middleware's class implements."""
+
+    hook: bool
+    reader: bool
+    contributor: bool
+    marker: bool
+    model_wrapper: bool
+    provider: bool
+    tool_wrapper: bool
 
 
-def _kind(mw: Any) -> tuple[bool, bool]:
-    """Whether ``mw`` is a RunHook and a Reader, known by its class after the first check (a
-    protocol ``isinstance`` looks up every member, at every run)."""
+_KINDS: dict[type, Kind] = {}
+
+
+def kind_of(mw: Any) -> Kind:
+    """``mw``'s protocols, known by its class after the first check: a ``runtime_checkable``
+    ``isinstance`` looks up every member at every call (4-17 us each, about 20 a run). A
+    middleware's capabilities are its class's (every hango middleware sets its members in its
+    class or its ``__init__``)."""
     kind = _KINDS.get(type(mw))
     if kind is None:
-        kind = _KINDS[type(mw)] = (isinstance(mw, RunHook), isinstance(mw, Reader))
+        kind = _KINDS[type(mw)] = Kind(
+            isinstance(mw, RunHook), isinstance(mw, Reader), isinstance(mw, PromptContributor),
+            isinstance(mw, BreakpointMarker), isinstance(mw, ModelWrapper),
+            isinstance(mw, ToolProvider), isinstance(mw, ToolWrapper))
     return kind
 
 
@@ -87,8 +120,47 @@ class CachedStack(Stack):
         super().__init__(middlewares)
         self.cache = cache or CACHE
         self.prefetched = prefetched
-        self.kinds = [_kind(mw) for mw in self.middlewares]  # once per stack
+        self.kinds = [kind_of(mw) for mw in self.middlewares]
         self.trace: Trace | None = None  # its last run's
+
+    # The plain Stack's four other methods, over the middlewares' kinds instead of an isinstance
+    # of each at each call (the parity fixture compares their requests with the plain Stack's).
+
+    def tools(self, ctx: RunContext) -> dict[str, Tool]:
+        found: dict[str, Tool] = {}
+        for mw, kind in zip(self.middlewares, self.kinds, strict=True):
+            if kind.provider:
+                for tool in mw.tools(ctx):
+                    found.setdefault(tool.spec.name, tool)
+        return dict(sorted(found.items()))
+
+    def build_request(self, ctx: RunContext, messages: Sequence[Message], tools: dict[str, Tool],
+                      model: str) -> Request:
+        blocks = [tenant_scope(ctx.tenant_id), Block(ctx.config.system_prompt, "system_prompt")]
+        breakpoints: list[Breakpoint] = []
+        for mw, kind in zip(self.middlewares, self.kinds, strict=True):
+            if kind.marker and mw.marks_breakpoint:
+                breakpoints = [Breakpoint("system", len(blocks) - 1)]
+            if kind.contributor:
+                blocks.extend(b for b in mw.system_blocks(ctx) if b.text)
+        specs = tuple(t.spec for name, t in tools.items() if name in ctx.allowlist)
+        return Request(model=model, tools=specs, system=tuple(blocks),
+                       messages=tuple(messages), breakpoints=tuple(breakpoints))
+
+    def call_model(self, ctx: RunContext, request: Request, innermost: ModelCall) -> Any:
+        call = innermost
+        for mw, kind in zip(reversed(self.middlewares), reversed(self.kinds), strict=True):
+            if kind.model_wrapper:
+                call = _bind_model(mw, ctx, call)
+        return call(request)
+
+    def call_tool(self, ctx: RunContext, tool_call: ToolCall,
+                  innermost: ToolCallNext) -> ToolResult:
+        call = innermost
+        for mw, kind in zip(reversed(self.middlewares), reversed(self.kinds), strict=True):
+            if kind.tool_wrapper:
+                call = _bind_tool(mw, ctx, call)
+        return call(tool_call)
 
     def before_run(self, ctx: RunContext) -> None:
         backend = ctx.backend
@@ -105,8 +177,8 @@ class CachedStack(Stack):
         dump = config[2] if config is not None and config[1] is ctx.config else \
             ctx.config.model_dump_json()
         plans: dict[int, tuple[Hashable, list[Read], Built | None]] = {}
-        for mw, (_, reader) in zip(self.middlewares, self.kinds, strict=True):
-            if reader:
+        for mw, kind in zip(self.middlewares, self.kinds, strict=True):
+            if kind.reader:
                 reads = list(mw.reads(ctx))
                 key: Hashable = (_salt(mw, dump, ctx), tuple(reads))
                 plans[id(mw)] = (key, reads, self.cache.get(entry, key))
@@ -123,10 +195,10 @@ class CachedStack(Stack):
             trace.round_trips += 1
         fetched = iter(results)
         plan: list[Planned] = []
-        for mw, (hook, reader) in zip(self.middlewares, self.kinds, strict=True):
-            if not hook:
+        for mw, kind in zip(self.middlewares, self.kinds, strict=True):
+            if not kind.hook:
                 continue
-            if not reader:
+            if not kind.reader:
                 mw.before_run(ctx)
                 continue
             key, reads, built = plans[id(mw)]
@@ -149,6 +221,14 @@ class CachedStack(Stack):
                 if hasattr(mw, "parse"):  # how many inputs the memo did not hold
                     span.set_attribute(ATTR_SKILLS_PARSED, parsed)
         entry.plan = tuple(plan)  # what the agent's next run reads with its config
+
+
+def _bind_model(mw: ModelWrapper, ctx: RunContext, call_next: ModelCall) -> ModelCall:
+    return lambda request: mw.wrap_model_call(ctx, request, call_next)
+
+
+def _bind_tool(mw: ToolWrapper, ctx: RunContext, call_next: ToolCallNext) -> ToolCallNext:
+    return lambda call: mw.wrap_tool_call(ctx, call, call_next)
 
 
 def _build(ctx: RunContext, hook: Reader, rows: list[list[FileData]], counter: int,
