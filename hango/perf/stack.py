@@ -5,7 +5,9 @@ chain and sends them in ONE pipelined round trip, each gated on the change count
 build was made at. A hook whose reads are unchanged gets that build replayed (state, warnings,
 events, published figures) inside its own span; a hook whose files changed builds from the
 rows, and what it built is recorded for the next run. A hook's ``parse``, if it has one, is
-memoised by its input. Other hooks run their plain ``before_run``, in chain order.
+memoised by its input. Other hooks run their plain ``before_run``, in chain order. The run's
+own reads (``read_file``) go through :class:`~hango.perf.backend.OneTripBackend`, and the tools,
+the request and the wrapper chains over each middleware class's protocols, checked once.
 """
 
 from __future__ import annotations
