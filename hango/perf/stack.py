@@ -212,7 +212,7 @@ class CachedStack(Stack):
                     trace.replayed.append(mw.name)
                     parsed = 0
                 else:
-                    rows = [found if found is not None else read(backend, r)
+                    rows = [found if found is not None else read(ctx.backend, r)
                             for (_, found), r in zip(got, reads, strict=True)]
                     counter = min((c for c, _ in got), default=0)
                     built, parsed = _build(ctx, mw, rows, counter, entry.memos)
