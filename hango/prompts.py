@@ -110,7 +110,7 @@ def first_params(tenant_id: str, run: _Run, settings: Settings) -> dict[str, Any
     """The parameters of :data:`INSERT_FIRST` for ``run`` (``HANGO_RUN_PROMPT_MAX_BYTES``)."""
     views = _views(run.requests, run.responses, settings.run_prompt_max_bytes, 0)
     return {"t": tenant_id, "r": run.run_id, "sizes": [size for _, size in views],
-            "views": [json.dumps(view, ensure_ascii=False) for view, _ in views]}
+            "views": [json.dumps(view) for view, _ in views]}  # as Json(view)
 
 
 def load(db: Database, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
