@@ -521,7 +521,7 @@ def test_a_run_checks_no_protocol_once_the_classes_are_known(
         db: Database, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A ``runtime_checkable`` isinstance costs 4-17 us (every member looked up): the cached
     stack knows each middleware class's protocols after their first run, the plain one asks
-    about 20 times a run."""
+    25 times a run of the default stack."""
     _run_counts(db, tenant)
     cached = perf.CachedAgent(db, tenant, "a1", SimulatedModel(), settings=db.settings)
     plain = Agent(db, tenant, "a1", SimulatedModel(), settings=db.settings)
