@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 
@@ -245,16 +245,25 @@ def load_agent(db: Database, tenant_id: str, agent_id: str) -> AgentConfig | Non
     return None if row is None else AgentConfig.model_validate(row[0])
 
 
+# A run's config: the agent's row and its tenant's defaults, as JSON text (the speed layer sends
+# it in the round trip that starts a run, and keeps what it parsed by that text).
+RUN_CONFIG_QUERY: LiteralString = (
+    "SELECT a.config::text, t.defaults::text FROM agents a JOIN tenants t USING (tenant_id) "
+    "WHERE a.tenant_id = %(t)s AND a.agent_id = %(a)s")
+
+
+def run_config(config_json: str, defaults_json: str) -> AgentConfig:
+    """A row of :data:`RUN_CONFIG_QUERY` as the config a run uses."""
+    return TenantDefaults.model_validate_json(defaults_json).apply(
+        AgentConfig.model_validate_json(config_json))
+
+
 def load_run_config(db: Database, tenant_id: str, agent_id: str) -> AgentConfig | None:
     """An agent's config with what it leaves out taken from its tenant's defaults: one query
     (a run's). Still ``None`` where neither sets it: the server's settings decide then."""
     with db.tenant(tenant_id) as conn:
-        row = conn.execute(
-            "SELECT a.config, t.defaults FROM agents a JOIN tenants t USING (tenant_id) "
-            "WHERE a.tenant_id = %s AND a.agent_id = %s", [tenant_id, agent_id]).fetchone()
-    if row is None:
-        return None
-    return TenantDefaults.model_validate(row[1]).apply(AgentConfig.model_validate(row[0]))
+        row = conn.execute(RUN_CONFIG_QUERY, {"t": tenant_id, "a": agent_id}).fetchone()
+    return None if row is None else run_config(row[0], row[1])
 
 
 def load_tenant_defaults(db: Database, tenant_id: str) -> TenantDefaults | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, LiteralString, Protocol
 
 from psycopg.types.json import Json
 
@@ -61,6 +61,18 @@ def keep(db: Database, tenant_id: str, run: _Run, settings: Settings) -> None:
     store(db, tenant_id, run.run_id, run.requests, run.responses, settings.run_prompt_max_bytes)
 
 
+def _views(requests: Sequence[Request], responses: Sequence[Response], max_bytes: int,
+           used: int) -> list[tuple[dict[str, Any], int]]:
+    """Each call's view, bounded by what is left of ``max_bytes`` after ``used``, and its size."""
+    out = []
+    for request, response in zip(requests, responses, strict=True):
+        view = bounded(request_view(request, response), max(0, max_bytes - used))
+        size = _bytes(view)
+        used += size
+        out.append((view, size))
+    return out
+
+
 def store(db: Database, tenant_id: str, run_id: str, requests: Sequence[Request],
           responses: Sequence[Response], max_bytes: int) -> None:
     """Keep the views of a run's calls (numbered after those an earlier part of it kept)."""
@@ -75,16 +87,30 @@ def store(db: Database, tenant_id: str, run_id: str, requests: Sequence[Request]
             "SELECT coalesce(max(call), 0), coalesce(sum(bytes), 0) FROM run_prompts "
             "WHERE tenant_id = %s AND run_id = %s", [tenant_id, run_id]).fetchone()
         assert found is not None  # an aggregate has a row
-        calls, used = int(found[0]), int(found[1])
-        rows = []
-        for request, response in zip(requests, responses, strict=True):
-            view = bounded(request_view(request, response), max(0, max_bytes - used))
-            size = _bytes(view)
-            used += size
-            calls += 1
-            rows.append([tenant_id, run_id, calls, Json(view), size])
+        calls = int(found[0])
+        rows = [[tenant_id, run_id, calls + i, Json(view), size]
+                for i, (view, size) in enumerate(_views(requests, responses, max_bytes,
+                                                        int(found[1])), 1)]
         conn.cursor().executemany("INSERT INTO run_prompts (tenant_id, run_id, call, view, bytes)"
                                   " VALUES (%s, %s, %s, %s, %s)", rows)
+
+
+# The views of a new run's calls, in the transaction that saves its row (the runs API sends
+# both in one round trip): kept only while the run has none, numbered from 1. A run id used
+# before keeps its views and gets fewer rows back than it sent: then store() appends them.
+INSERT_FIRST: LiteralString = """
+    INSERT INTO run_prompts (tenant_id, run_id, call, view, bytes)
+    SELECT %(t)s, %(r)s, v.call, v.view::json, v.bytes
+      FROM unnest(%(views)s::text[], %(sizes)s::int[]) WITH ORDINALITY AS v(view, bytes, call)
+     WHERE NOT EXISTS (SELECT 1 FROM run_prompts WHERE tenant_id = %(t)s AND run_id = %(r)s)
+    RETURNING 1"""
+
+
+def first_params(tenant_id: str, run: _Run, settings: Settings) -> dict[str, Any]:
+    """The parameters of :data:`INSERT_FIRST` for ``run`` (``HANGO_RUN_PROMPT_MAX_BYTES``)."""
+    views = _views(run.requests, run.responses, settings.run_prompt_max_bytes, 0)
+    return {"t": tenant_id, "r": run.run_id, "sizes": [size for _, size in views],
+            "views": [json.dumps(view) for view, _ in views]}  # as Json(view)
 
 
 def load(db: Database, tenant_id: str, run_id: str) -> list[dict[str, Any]]:

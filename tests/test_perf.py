@@ -29,18 +29,30 @@ from hypothesis import strategies as st
 from parity import Stacks
 from test_skills import block, skill_file, skills_span
 
-from hango import perf
+from hango import perf, prompts
+from hango.agent import runs as agent_runs
 from hango.agent.frontmatter import FENCES, HEAD_BYTES
-from hango.agent.hooks import RunContext
+from hango.agent.hooks import RunContext, RunHook
 from hango.agent.memory import MemoryMiddleware
+from hango.agent.runtime import Agent
 from hango.agent.skills import INDEX_FOOTER, INDEX_HEADER, SkillsMiddleware
 from hango.agent.stack import Stack
 from hango.agent.tools import FILESYSTEM_TOOLS
-from hango.agents import AgentConfig, create_tenant, create_token, load_agent, save_agent
+from hango.agents import (
+    AgentConfig,
+    create_tenant,
+    create_token,
+    load_agent,
+    save_agent,
+    save_tenant_defaults,
+)
+from hango.api.runs import record
 from hango.db import Database
 from hango.fs.backend import FileNotFound, PostgresBackend
+from hango.models.simulated import SimulatedModel, tool_call
 from hango.perf import cache, gated
-from hango.perf.stack import CachedStack
+from hango.perf.agent import NoAgent
+from hango.perf.stack import CachedStack, entry_key
 from hango.telemetry import EVENT_SKILL_TOOLS_NARROWED, Telemetry
 
 # The speed layer alone (not the parity stack, which runs every before_run twice)
@@ -80,6 +92,16 @@ def observe(db: Database, tenant: str, agent: str, cached: bool) -> tuple[Any, .
     (CachedStack if cached else Stack)([skills, memory]).before_run(ctx)
     return (memory.system_blocks(ctx), skills.system_blocks(ctx), ctx.state(skills.key).skills,
             ctx.warnings, [(e.name, e.attributes) for e in ctx.events], dict(ctx.attributes))
+
+
+def observe_run(db: Database, tenant: str, cached: bool) -> tuple[Any, ...]:
+    """One whole run of a1, on the plain Agent or the CachedAgent: what its model received,
+    its warnings and events."""
+    agent = (perf.CachedAgent if cached else Agent)(db, tenant, "a1", SimulatedModel(),
+                                                     settings=db.settings)
+    result = agent.run("hi")
+    return (result.requests[0].system, result.requests[0].tools, result.warnings,
+            [(e.name, e.attributes) for e in result.events])
 
 
 @dataclass
@@ -134,9 +156,22 @@ class Doors:
                                  " VALUES (%s, 'a1', %s, %s, %s) ON CONFLICT (tenant_id, agent_id,"
                                  " path) DO UPDATE SET content = EXCLUDED.content,"
                                  " size = EXCLUDED.size", [self.tenant, path, data, len(data)])
+        elif door == "patch":  # the files API's edit: the whole text replaced, if there is one
+            got = self.http.get(f"/v1/agents/a1/files{path}")
+            if got.status_code == 200 and got.text and content:
+                r = self.http.patch(f"/v1/agents/a1/files{path}",
+                                    json={"old": got.text, "new": content})
+                assert r.status_code in (200, 409, 422), r.text
+        elif door == "restore":  # the files API's restore of the file's first version
+            r = self.http.post(f"/v1/agents/a1/restore{path}", json={"version": 1})
+            assert r.status_code in (200, 404, 409, 410), r.text
+        elif door == "defaults":  # the tenant's defaults (PUT /v1/tenant/defaults)
+            save_tenant_defaults(self.db, self.tenant, {
+                "memory": None if content is None else ["/memories/team.md"],
+                "skills": ["/skills/team/"] if "/skills/team" in path else None})
         elif door == "config":
             tools = ["read_file", "ls"] if content and len(content) % 2 else ["read_file", "glob"]
-            memory = ["/memories/AGENTS.md"] if content is None else [
+            memory = None if content is None else [  # None: the tenant's defaults say
                 "/memories/team.md", "/memories/AGENTS.md"]
             skills = ["/skills/"] if "/skills/team" not in path else ["/skills/", "/skills/team/"]
             save_agent(self.db, self.tenant, "a1",
@@ -169,7 +204,7 @@ contents = st.one_of(
     st.text(alphabet="ab<!-- >\n", max_size=300),  # memory text, comments, over the 200-byte cap
 )
 steps = st.lists(st.tuples(st.sampled_from(["backend", "http", "tools", "process", "sql",
-                                            "config"]),
+                                            "config", "patch", "restore", "defaults"]),
                            st.sampled_from(PATHS), contents), min_size=1, max_size=8)
 
 
@@ -179,11 +214,15 @@ def test_the_next_run_sees_every_write_through_every_door(doors: Doors,
                                                           steps: list[tuple[str, str, Any]]) -> None:
     for door, path, content in steps:
         observe(doors.db, doors.tenant, "a1", cached=True)  # warm: the next run could reuse it
+        observe_run(doors.db, doors.tenant, cached=True)  # ... and read with its config
         doors.write(door, path, content)
         seen = observe(doors.db, doors.tenant, "a1", cached=True)
         assert seen == observe(doors.db, doors.tenant, "a1", cached=False), (door, path)
         # and with nothing written in between, the cached run is the same again
         assert observe(doors.db, doors.tenant, "a1", cached=True) == seen
+        # a whole run, its config read with its reads (CachedAgent), is the plain run
+        ran = observe_run(doors.db, doors.tenant, cached=True)
+        assert ran == observe_run(doors.db, doors.tenant, cached=False), (door, path)
 
 
 # --- the cache's scope ---------------------------------------------------------------------------
@@ -369,3 +408,170 @@ def test_an_allowlist_change_rebuilds_the_index_from_the_memo(
     assert [e for e in widened.events if e.name == EVENT_SKILL_TOOLS_NARROWED] == []
     assert widened.warnings == []
     assert skills_span(exporter, parsed=True)["hango.skills.parsed"] == 0
+
+
+# --- a whole run: the config with the reads, a read_file, the runs row --------------------------
+
+class Traced:
+    """A stack builder for CachedAgent that keeps each run's stack, to read its trace."""
+
+    def __init__(self) -> None:
+        self.stacks: list[CachedStack] = []
+
+    def __call__(self, agent: Any) -> CachedStack:
+        self.stacks.append(perf.cached_stack(agent))
+        return self.stacks[-1]
+
+    @property
+    def last(self) -> perf.Trace:
+        trace = self.stacks[-1].trace
+        assert trace is not None
+        return trace
+
+
+def system(result: Any) -> str:
+    """The system blocks the run's first model call received, as one text."""
+    return "\n".join(b.text for b in result.requests[0].system)
+
+
+def _run_counts(db: Database, tenant: str) -> tuple[Any, Any]:
+    """bench/before_run.py's libpq-trace counter, and the agent a1 with a note and a skill."""
+    save_agent(db, tenant, "a1", AgentConfig())
+    backend = PostgresBackend(db, tenant, "a1")
+    backend.write("/memories/AGENTS.md", "note")
+    backend.write("/skills/s/SKILL.md", skill("s", "one"))
+    backend.write("/notes/n.md", "hello")
+    return _bench().round_trips, backend
+
+
+def test_a_whole_run_is_one_round_trip_and_two_with_its_row(db: Database, tenant: str) -> None:
+    """The config comes with before_run's reads (CachedAgent): a run is one round trip whatever
+    file changed; the server's runs row and its prompt views are one more, in one transaction."""
+    round_trips, backend = _run_counts(db, tenant)
+    settings = db.settings
+    traced = Traced()
+    agent = perf.CachedAgent(db, tenant, "a1", SimulatedModel(), settings=settings, stack=traced)
+    agent.run("warm")  # the first run of the agent in this process: the config, then the reads
+    assert not traced.last.prefetched and traced.last.round_trips == 1
+    results: list[Any] = []
+    assert round_trips(db, lambda: results.append(agent.run("hi"))) == 1
+    trace = traced.last
+    assert trace.prefetched and trace.round_trips == 0 and trace.replayed == ["skills", "memory"]
+    backend.write("/skills/s/SKILL.md", skill("s", "two"))  # a change: still one
+    assert round_trips(db, lambda: results.append(agent.run("hi"))) == 1
+    assert "two" in system(results[-1])
+    assert traced.last.prefetched and traced.last.built == ["skills", "memory"]
+    assert round_trips(db, lambda: record(agent, agent.run("hi"), settings)) == 2
+    row = agent_runs.load(db, tenant, agent_runs.list_runs(db, tenant, "a1")[0]["run_id"])
+    assert row["status"] == "done" and len(prompts.load(db, tenant, row["run_id"])) == 1
+    plain = Agent(db, tenant, "a1", SimulatedModel(), settings=settings)
+    assert round_trips(db, lambda: plain.run("hi", record=True)) >= 9  # 4 + 1 + 4
+
+
+def test_a_config_change_is_seen_by_the_next_run(db: Database, tenant: str) -> None:
+    """The config is read every run: a change through ``hango agent set`` (save_agent) or the
+    tenant's defaults is the next run's, at the cost of one more round trip, once."""
+    round_trips, backend = _run_counts(db, tenant)
+    backend.write("/memories/other.md", "the other note")
+    agent = perf.CachedAgent(db, tenant, "a1", SimulatedModel(), settings=db.settings)
+    agent.run("warm")
+    save_agent(db, tenant, "a1", AgentConfig(memory=["/memories/other.md"]))
+    results: list[Any] = []
+    assert round_trips(db, lambda: results.append(agent.run("hi"))) == 2
+    assert "the other note" in system(results[-1])
+    assert round_trips(db, lambda: results.append(agent.run("hi"))) == 1
+    save_agent(db, tenant, "a1", AgentConfig())  # memory from the tenant's defaults now
+    save_tenant_defaults(db, tenant, {"memory": ["/memories/other.md"]})
+    assert "the other note" in system(agent.run("hi"))
+    save_tenant_defaults(db, tenant, {"memory": None})
+    assert "the other note" not in system(agent.run("hi"))
+
+
+def test_a_read_file_is_one_round_trip(db: Database, tenant: str) -> None:
+    round_trips, _ = _run_counts(db, tenant)
+    script = [[tool_call("read_file", {"path": "/notes/n.md"})], "done"]
+    agent = perf.CachedAgent(db, tenant, "a1", SimulatedModel(policy=script * 8))
+    agent.run("warm")
+    results: list[Any] = []
+    assert round_trips(db, lambda: results.append(agent.run("read it"))) == 2  # run + read_file
+    assert results[-1].messages[2].tool_results[0].content == "hello"
+    with pytest.raises(NoAgent):
+        perf.CachedAgent(db, tenant, "nobody", SimulatedModel()).run("hi")
+
+
+def test_a_build_a_slower_run_left_behind_is_never_replayed(db: Database, tenant: str) -> None:
+    """Two runs at once: the slower one remembers its older build after the newer run planned
+    the next reads. The next run's reads came gated on the newer counter; they are used only on
+    the build they were planned on, so the older build is rebuilt, not replayed."""
+    _, backend = _run_counts(db, tenant)
+    agent = perf.CachedAgent(db, tenant, "a1", SimulatedModel(), settings=db.settings)
+    agent.run("warm")
+    entry = perf.CACHE.entry(entry_key(db, tenant, "a1"))
+    older = dict(entry.builds)
+    backend.write("/skills/s/SKILL.md", skill("s", "two"))
+    assert "two" in system(agent.run("hi"))
+    for key, built in older.items():  # the slower run, done now
+        perf.CACHE.remember(entry, key, built)
+    assert "two" in system(agent.run("hi"))
+
+
+# --- the stack's capabilities, once per middleware class -------------------------------------
+
+def test_a_run_checks_no_protocol_once_the_classes_are_known(
+        db: Database, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``runtime_checkable`` isinstance costs 4-17 us (every member looked up): the cached
+    stack knows each middleware class's protocols after their first run, the plain one asks
+    25 times a run of the default stack."""
+    _run_counts(db, tenant)
+    cached = perf.CachedAgent(db, tenant, "a1", SimulatedModel(), settings=db.settings)
+    plain = Agent(db, tenant, "a1", SimulatedModel(), settings=db.settings)
+    cached.run("warm")
+    checks: list[type] = []
+    meta = type(RunHook)
+    original = meta.__instancecheck__
+
+    def counting(cls: type, instance: Any) -> bool:
+        checks.append(cls)
+        return bool(original(cls, instance))
+
+    monkeypatch.setattr(meta, "__instancecheck__", counting)
+    cached.run("hi")
+    assert checks == []
+    plain.run("hi")
+    assert len(checks) >= 15
+
+
+def test_the_cached_stack_wraps_calls_in_the_plain_order() -> None:
+    """Model and tool calls go through the wrappers first middleware outermost, and the tools
+    and the request are the plain stack's (the parity fixture compares requests too)."""
+    seen: list[str] = []
+
+    class Wrapper:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def wrap_model_call(self, ctx: Any, request: Any, call_next: Any) -> Any:
+            seen.append(f"model {self.name}")
+            return call_next(request)
+
+        def wrap_tool_call(self, ctx: Any, call: Any, call_next: Any) -> Any:
+            seen.append(f"tool {self.name}")
+            return call_next(call)
+
+    class Provider(Wrapper):
+        def tools(self, ctx: Any) -> Any:
+            return FILESYSTEM_TOOLS[:2]
+
+    chain = [Wrapper("a"), Provider("b"), Wrapper("c")]
+    ctx = RunContext("t", "a1", AgentConfig(), None, "r", frozenset({"read_file"}),  # type: ignore[arg-type]
+                     Telemetry())
+    out = []
+    for stack in (Stack(chain), CachedStack(chain)):
+        seen.clear()
+        stack.call_model(ctx, "req", lambda r: seen.append("inner") or r)  # type: ignore[arg-type, func-returns-value]
+        stack.call_tool(ctx, "call", lambda c: seen.append("inner") or c)  # type: ignore[arg-type, func-returns-value]
+        tools = stack.tools(ctx)
+        out.append((list(seen), list(tools), stack.build_request(ctx, (), tools, "m")))
+    assert out[0] == out[1]
+    assert out[0][0] == ["model a", "model b", "model c", "inner",
+                         "tool a", "tool b", "tool c", "inner"]

@@ -50,6 +50,8 @@ from hango.db import APP_ROLE, Database, DatabaseError, DatabaseRefused
 from hango.fs.backend import PostgresBackend
 from hango.fs.files import ReadFiles
 from hango.models.simulated import SimulatedModel, tool_call
+from hango.perf.agent import prefetch
+from hango.perf.backend import OneTripBackend
 from hango.perf.gated import gated as gated_read
 from hango.perf.gated import read_if_changed
 from hango.room import record_check
@@ -129,6 +131,10 @@ def test_isolation_probe_every_role_sees_only_its_tenant(stack: pgbouncer_stack.
             [(_, rows)] = read_if_changed(backend, [gated_read(
                 ReadFiles(("/memories/AGENTS.md",), 1000), backend.ns(), None)])
             assert rows is not None and [r.content for r in rows] == [f"- {me}\n"]
+            # ... and a read_file's one round trip, and a run's config with its reads
+            assert OneTripBackend(backend).read("/memories/AGENTS.md").content == f"- {me}\n"
+            found = prefetch(db, me, "a1", "refuse")
+            assert found is not None and found[0].tools
             return APP_ROLE, 0  # its rows are its own; the plain clients below see its role
 
         def plain_get(me: str, token: str) -> tuple[str, int]:

@@ -16,7 +16,7 @@ import hashlib
 import random
 import time
 from dataclasses import asdict
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, LiteralString, Protocol
 
 from psycopg.types.json import Json
 
@@ -158,6 +158,27 @@ def summary(result: _Outcome, saved: dict[str, Any] | None = None) -> dict[str, 
 # --- the store ---------------------------------------------------------------------------------
 
 
+SAVE: LiteralString = """
+    INSERT INTO runs (tenant_id, agent_id, run_id, status, state, result, proposal_id, started_by)
+    VALUES (%(t)s, %(a)s, %(r)s, %(s)s, %(state)s, %(result)s, %(p)s, %(by)s)
+    ON CONFLICT (tenant_id, run_id) DO UPDATE
+       SET status = EXCLUDED.status, state = EXCLUDED.state, result = EXCLUDED.result,
+           proposal_id = EXCLUDED.proposal_id, claimed_at = NULL, claim_token = NULL,
+           claim_expires_at = NULL, updated_at = now()
+     WHERE %(lease)s::text IS NULL OR runs.claim_token = %(lease)s
+    RETURNING 1"""
+
+
+def save_params(tenant_id: str, agent_id: str, run_id: str, status: str,
+                state: dict[str, Any] | None, result: dict[str, Any],
+                proposal_id: str | None = None, lease: str | None = None,
+                started_by: str | None = None) -> dict[str, Any]:
+    """The parameters of :data:`SAVE` (without a lease it always saves: one row back)."""
+    return {"t": tenant_id, "a": agent_id, "r": run_id, "s": status, "p": proposal_id,
+            "state": None if state is None else Json(state), "result": Json(result),
+            "lease": lease, "by": started_by}
+
+
 def save(conn: Any, tenant_id: str, agent_id: str, run_id: str, status: str,
          state: dict[str, Any] | None, result: dict[str, Any],
          proposal_id: str | None = None, lease: str | None = None,
@@ -165,19 +186,8 @@ def save(conn: Any, tenant_id: str, agent_id: str, run_id: str, status: str,
     """Insert or replace a run's row (inside the caller's transaction). ``lease``: the claim
     token of the resume saving it; :class:`LeaseLost` when it no longer holds the run.
     ``started_by``: who started it, kept from its first save on."""
-    row = conn.execute(
-        """INSERT INTO runs (tenant_id, agent_id, run_id, status, state, result, proposal_id,
-                             started_by)
-           VALUES (%(t)s, %(a)s, %(r)s, %(s)s, %(state)s, %(result)s, %(p)s, %(by)s)
-           ON CONFLICT (tenant_id, run_id) DO UPDATE
-              SET status = EXCLUDED.status, state = EXCLUDED.state, result = EXCLUDED.result,
-                  proposal_id = EXCLUDED.proposal_id, claimed_at = NULL, claim_token = NULL,
-                  claim_expires_at = NULL, updated_at = now()
-            WHERE %(lease)s::text IS NULL OR runs.claim_token = %(lease)s
-        RETURNING 1""",
-        {"t": tenant_id, "a": agent_id, "r": run_id, "s": status, "p": proposal_id,
-         "state": None if state is None else Json(state), "result": Json(result),
-         "lease": lease, "by": started_by}).fetchone()
+    row = conn.execute(SAVE, save_params(tenant_id, agent_id, run_id, status, state, result,
+                                         proposal_id, lease, started_by)).fetchone()
     if row is None:
         raise LeaseLost(run_id)
     if lease is not None:  # its calls are in the state now, or the run has ended

@@ -35,8 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hango import prompts
 from hango.agent import proposals, resuming, runs
 from hango.agent.runs import summary
-from hango.agent.runtime import Agent
-from hango.agents import AgentConfig, load_run_config
+from hango.agent.runtime import Agent, RunResult
 from hango.api.deps import ErrorBody, _Agent, _agent, author
 from hango.api.files import TEXT_SHAPE
 from hango.api.run_limits import RunLimits
@@ -44,7 +43,8 @@ from hango.fs.path import WRITERS
 from hango.models.acting import acting_policy
 from hango.models.base import InvalidRequest, Model
 from hango.models.simulated import SimulatedModel
-from hango.perf import cached_stack
+from hango.perf.agent import CachedAgent, NoAgent
+from hango.perf.trip import Statement, one_trip
 from hango.settings import Settings, SettingsError
 from hango.telemetry import Telemetry
 
@@ -165,13 +165,14 @@ def model_from_settings(settings: Settings) -> Model:
                         "or openai:<model>")
 
 
-def _server_agent(request: Request, agent: _Agent, config: AgentConfig | None = None) -> Agent:
-    """The agent, on the cached stack (the server's choice: one round trip before a run), with
+def _server_agent(request: Request, agent: _Agent) -> CachedAgent:
+    """The agent, on the cached stack with its config read in before_run's round trip (the
+    server's choice: :class:`~hango.perf.agent.CachedAgent`), with
     the server's one model (its prompt cache outlives a request: a resumed
     run reads what the interrupted one wrote) and one :class:`Telemetry` (a new one per request
     would cost its instruments each time, and the API's proxy providers keep every one).
     Tests and notebooks may set ``app.state`` ``hango_model``, ``hango_telemetry``,
-    ``hango_run_ids`` and ``hango_settings`` first. ``config``: already loaded by the caller."""
+    ``hango_run_ids`` and ``hango_settings`` first."""
     state = request.app.state
     settings: Settings = getattr(state, "hango_settings", None) or agent.db.settings
     if getattr(state, "hango_model", None) is None:
@@ -179,9 +180,10 @@ def _server_agent(request: Request, agent: _Agent, config: AgentConfig | None = 
             state.hango_model = model_from_settings(settings)
         except SettingsError as exc:
             raise HTTPException(503, f"no model to run with: {exc}") from None
-    return Agent(agent.db, agent.principal.tenant_id, agent.agent_id, state.hango_model,
-                 stack=cached_stack, settings=settings, telemetry=_telemetry(request), config=config,
-                 run_ids=getattr(state, "hango_run_ids", None), started_by=_who(request, agent))
+    return CachedAgent(agent.db, agent.principal.tenant_id, agent.agent_id, state.hango_model,
+                       settings=settings, telemetry=_telemetry(request),
+                       run_ids=getattr(state, "hango_run_ids", None),
+                       started_by=_who(request, agent))
 
 
 def _telemetry(request: Request) -> Telemetry:
@@ -238,17 +240,35 @@ async def create_run(request: Request, agent: Annotated[_Agent, Depends(_agent)]
 
 
 def _create_run(request: Request, agent: _Agent, body: RunBody) -> RunOut:
-    # The config, read once: it tells that the agent exists, and the run uses it.
-    config = load_run_config(agent.db, agent.principal.tenant_id, agent.agent_id)
-    if config is None:
-        raise agent.no_agent()
-    # A ModelError rises to its 502 (deps.py), naming the model and the provider's message.
+    a = _server_agent(request, agent)
+    # The config is read in the round trip of before_run's reads (CachedAgent): it tells that
+    # the agent exists. A ModelError rises to its 502 (deps.py), naming the model and the
+    # provider's message.
     try:
-        result = _server_agent(request, agent, config).run(body.prompt, record=True)
+        result = a.run(body.prompt)
+    except NoAgent:
+        raise agent.no_agent() from None
     except InvalidRequest as exc:  # the provider would refuse it (a blank prompt): said first
         raise HTTPException(422, f"prompt: {exc}") from None
-    prompts.keep(agent.db, agent.principal.tenant_id, result, agent.backend.settings)
+    record(a, result, agent.backend.settings)
     return _out(summary(result), result.run_id, result.status)
+
+
+def record(a: Agent, result: RunResult, settings: Settings) -> None:
+    """Keep a new run's row and the views of its calls: one transaction in one round trip
+    (an interrupted run saved its row when it paused: its views are kept after it)."""
+    tenant = a.tenant_id
+    if result.status == "interrupted":
+        prompts.keep(a.db, tenant, result, settings)
+        return
+    row = runs.save_params(tenant, a.agent_id, result.run_id, result.status, None,
+                           summary(result), started_by=a.started_by)
+    statements: list[Statement] = [(runs.SAVE, row)]
+    if result.requests:
+        statements.append((prompts.INSERT_FIRST, prompts.first_params(tenant, result, settings)))
+    kept = one_trip(a.db, tenant, statements)
+    if result.requests and len(kept[1]) < len(result.requests):  # the id was used before
+        prompts.keep(a.db, tenant, result, settings)
 
 
 @router.get("/agents/{agent_id}/runs/{run_id}", summary="How a run ended, or what it waits for",

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from hango.agent.hooks import Event, RunContext, log
+from hango.agent_config import AgentConfig
+from hango.fs.files import Read
 
 BUILDS_PER_AGENT = 4
 DEFAULT_AGENTS = 128
@@ -89,10 +91,24 @@ class ParseMemo(Generic[T]):
         return hit
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One hook's reads in the agent's last run, and the counter its build is cached at: what
+    the next run's first round trip sends, gated on that counter, beside the config."""
+
+    key: Hashable  # the build's key (hook, parameters, config, allowlist, reads)
+    reads: tuple[Read, ...]
+    counter: int
+
+
 @dataclass
 class AgentEntry:
     builds: OrderedDict[Hashable, Built] = field(default_factory=OrderedDict)
     memos: dict[str, dict[str, Any]] = field(default_factory=dict)  # by hook: input -> parse
+    plan: tuple[Planned, ...] = ()  # the last run's reads, hook by hook
+    # the last config read: its row's text and the reserved_writes default -> the parsed config,
+    # and that config's JSON (the builds' key holds it)
+    config: tuple[tuple[str, str, str], AgentConfig, str] | None = None
 
 
 class BuildCache:

@@ -11,21 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, LiteralString
 
 from psycopg import sql
 
 from hango.agent.frontmatter import FENCES, HEAD_BYTES
 from hango.agent.skills import SKILL_FILE
-from hango.db import BEGIN_APP
 from hango.fs.files import FileData, Namespace, Read, ReadFiles
 from hango.fs.queries import bounds, heads_query, read_many_query
-
-# The app role and the tenant (db.BEGIN_APP); with prepared statements (psycopg prepares a
-# statement on its fifth use), a generic plan too: re-planning them each time cost more than the
-# gated run itself (0.2 of 0.27 ms). Behind a transaction-mode pooler they are off (db.py).
-_BEGIN_GENERIC: LiteralString = (
-    BEGIN_APP + ", set_config('plan_cache_mode', 'force_generic_plan', true)")
+from hango.perf.trip import Statement, one_trip
 
 
 @dataclass(frozen=True)
@@ -33,7 +28,7 @@ class Gated:
     """One read for :func:`read_if_changed`: a query, its parameters, and the change counter
     its cached result was read at (``None``: nothing cached, always read)."""
 
-    query: sql.Composable
+    query: LiteralString | sql.Composed
     params: dict[str, Any]
     lenient: bool
     known: int | None
@@ -65,50 +60,63 @@ def gated(declared: Read, ns: dict[str, Any], known: int | None) -> Gated:
     """``declared`` as one read of :func:`read_if_changed`."""
     if isinstance(declared, ReadFiles):
         query, params = read_many_query(ns, declared.paths, declared.limit)
-        return Gated(sql.SQL(query), params, False, known)
+        return Gated(query, params, False, known)
     if is_skill_head(declared):
         assert declared.max_per_dir is not None
         query, params = skill_heads_query(ns, declared.directories, declared.max_per_dir)
-        return Gated(sql.SQL(query), params, True, known)
+        return Gated(query, params, True, known)
     composed, params = heads_query(ns, declared.directories, declared.name, declared.limit,
                                    declared.max_per_dir, declared.cut_after)
     return Gated(composed, params, True, known)
 
 
+_GATE_HEAD: LiteralString = """SELECT c.counter, q.*
+     FROM (SELECT coalesce((SELECT counter FROM agent_changes
+                             WHERE tenant_id = %(t)s AND agent_id = %(a)s), 0)
+                  AS counter) AS c
+     LEFT JOIN LATERAL (SELECT * FROM ("""
+_GATE_TAIL: LiteralString = """) AS s
+                         WHERE c.counter IS DISTINCT FROM %(known)s
+                        OFFSET 0) AS q ON true"""  # OFFSET 0: a gate, not a filter
+
+
+@lru_cache(maxsize=64)
+def _gate(query: LiteralString) -> LiteralString:
+    """A query text in its gate, composed once per text (the default stack has two)."""
+    return _GATE_HEAD + query + _GATE_TAIL
+
+
+def statement(read: Gated) -> Statement:
+    """``read`` in its gate: the agent's change counter, and the rows only if it is not
+    ``read.known``."""
+    params = {**read.params, "known": read.known}
+    if isinstance(read.query, str):
+        return _gate(read.query), params
+    return sql.SQL(_GATE_HEAD) + read.query + sql.SQL(_GATE_TAIL), params
+
+
+def results(where: Namespace, reads: Sequence[Gated], rowsets: Sequence[list[tuple[Any, ...]]],
+            ) -> list[tuple[int, list[FileData] | None]]:
+    """What :func:`statement` returned for each read: the counter, and the files sorted by path
+    (``None`` when the counter was ``known``: the database skipped the read, nothing was sent)."""
+    out: list[tuple[int, list[FileData] | None]] = []
+    for read, rows in zip(reads, rowsets, strict=True):
+        counter = int(rows[0][0])
+        if read.known == counter:
+            out.append((counter, None))
+        else:
+            found = sorted((r[1:] for r in rows if r[1] is not None), key=lambda r: str(r[0]))
+            out.append((counter, where.decoded(found, lenient=read.lenient)))
+    return out
+
+
 def read_if_changed(where: Namespace,
                     reads: Sequence[Gated]) -> list[tuple[int, list[FileData] | None]]:
     """For each read: the agent's change counter, and the rows when ``known`` is not that
-    counter (``None`` when it is: the database skipped the read, nothing was sent).
+    counter (``None`` when it is).
 
-    ONE protocol round trip: the role and tenant, set with ``set_config(..., true)``, hold until
-    the single Sync, which makes the whole pipeline one implicit transaction. Each read returns
-    the counter from its own snapshot, so its rows are never older than the counter they are
-    cached under. Rows come back sorted by path.
+    ONE protocol round trip (:func:`~hango.perf.trip.one_trip`). Each read returns the counter
+    from its own snapshot, so its rows are never older than the counter they are cached under.
     """
-    gate = sql.SQL(
-        """SELECT c.counter, q.*
-             FROM (SELECT coalesce((SELECT counter FROM agent_changes
-                                     WHERE tenant_id = %(t)s AND agent_id = %(a)s), 0)
-                          AS counter) AS c
-             LEFT JOIN LATERAL (SELECT * FROM ({}) AS s
-                                 WHERE c.counter IS DISTINCT FROM %(known)s
-                                OFFSET 0) AS q ON true""")  # OFFSET 0: a gate, not a filter
-    db = where.db
-    # autocommit (statement()), so that psycopg adds no BEGIN or COMMIT of its own (each would
-    # sync the pipeline)
-    with db.statement() as conn:
-        with conn.pipeline():
-            conn.execute(_BEGIN_GENERIC if db.prepared else BEGIN_APP, [where.tenant_id])
-            cursors = [conn.execute(gate.format(r.query), {**r.params, "known": r.known},
-                                    binary=True) for r in reads]
-        out: list[tuple[int, list[FileData] | None]] = []
-        for read, cur in zip(reads, cursors, strict=True):
-            rows = cur.fetchall()
-            counter = int(rows[0][0])
-            if read.known == counter:
-                out.append((counter, None))
-            else:
-                found = sorted((r[1:] for r in rows if r[1] is not None),
-                               key=lambda r: str(r[0]))
-                out.append((counter, where.decoded(found, lenient=read.lenient)))
-    return out
+    return results(where, reads, one_trip(where.db, where.tenant_id,
+                                          [statement(r) for r in reads]))
