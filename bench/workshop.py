@@ -149,11 +149,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def hango_serve(workers: int, token: str) -> Iterator[tuple[str, list[int]]]:
-    """``hango serve --workers N`` on a free port; yields its URL and its process ids."""
+def hango_serve(workers: int, token: str,
+                python: str = sys.executable) -> Iterator[tuple[str, list[int]]]:
+    """``hango serve --workers N`` on a free port, run by ``python`` (``--baseline``: another
+    checkout's code); yields its URL and its process ids."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "hango.cli", "serve", "--port", str(port), "--workers",
+        [python, "-m", "hango.cli", "serve", "--port", str(port), "--workers",
          str(workers), "--log-level", "warning"], env=os.environ.copy())
     url = f"http://127.0.0.1:{port}"
     try:
@@ -346,6 +348,12 @@ def main() -> None:
                         help="the loop before the runs endpoint: server thread + Agent.run here")
     parser.add_argument("--each", type=int, metavar="N",
                         help="instead: N requests of each kind in a row, CPU per request")
+    parser.add_argument("--baseline", metavar="PYTHON",
+                        help="an interpreter that imports another checkout's hango (bench/README"
+                        ".md): its hango serve and this code's, in turns, on one database")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="with --baseline: rounds of (this, baseline), the order swapped "
+                        "every other round")
     args = parser.parse_args()
     from hango.agents import drop_tenant
     from hango.db import Database
@@ -358,6 +366,9 @@ def main() -> None:
     try:
         if args.each:
             each_request(learners[0], args.each, postgres)
+            return
+        if args.baseline:
+            compare(args, learners, postgres)
             return
         if args.in_process:
             from hango.api.app import create_app, serve_in_thread
@@ -400,6 +411,49 @@ def main() -> None:
         p99 = xs[min(len(xs) - 1, int(len(xs) * 0.99))]
         print(f"  {key:6} {statistics.median(xs) * 1e3:9.2f} {p99 * 1e3:9.2f}")
     for line in errors[:5]:
+        print(f"  error: {line}")
+
+
+def compare(args: argparse.Namespace, learners: list[tuple[str, str]],
+            postgres: int | None) -> None:
+    """``--baseline``: this code's ``hango serve`` and the baseline's, in turns (ABBA...), the
+    same learners and database; a line per run, then this code against the baseline."""
+    sides = {"this": sys.executable, "baseline": args.baseline}
+    print(f"workshop: {args.learners} learners x (PUT memory + GET it + a run), "
+          f"{args.seconds:.0f} s a run, hango serve --workers {args.workers}, this code "
+          f"({sys.executable}) and the baseline ({args.baseline}) in turns")
+    print(f"  {'run':9} {'UTC':8} {'load before':>16} {'runs/s':>7} {'errors':>6} "
+          f"{'server CPU ms/loop':>18} {'run p50':>8} {'run p99':>8} {'loop p99':>8}")
+    figures: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    errors_seen: list[str] = []
+    for r in range(args.rounds):
+        for side in (("this", "baseline") if r % 2 == 0 else ("baseline", "this")):
+            load = " ".join(loadavg())
+            with hango_serve(args.workers, learners[0][1], sides[side]) as (url, server_pids):
+                def meter(pids: list[int] = server_pids) -> list[float]:
+                    backends = children(postgres) if postgres else []
+                    return [cpu_seconds(pids), cpu_seconds(backends)]
+
+                samples, errors, elapsed, spent = workshop(
+                    url, learners, args.seconds, lambda index, http: over_http(http), meter)
+            runs = len(samples["run"])
+            run = sorted(samples["run"]) or [float("nan")]
+            loop = sorted(samples["loop"]) or [float("nan")]
+            p99 = run[min(len(run) - 1, int(len(run) * 0.99))]
+            loop99 = loop[min(len(loop) - 1, int(len(loop) * 0.99))]
+            figures[side].append((runs / elapsed, p99, loop99))
+            errors_seen += errors
+            print(f"  {side:9} {time.strftime('%H:%M:%S', time.gmtime())} {load:>16} "
+                  f"{runs / elapsed:7.1f} {len(errors):6} {spent[0] * 1e3 / max(runs, 1):18.2f} "
+                  f"{statistics.median(run) * 1e3:8.1f} {p99 * 1e3:8.1f} {loop99 * 1e3:8.1f}",
+                  flush=True)
+    this, base = figures["this"], figures["baseline"]
+    print("this / baseline, per round (runs/s; p99 of a run and of a loop, baseline / this):")
+    for a, b in zip(this, base, strict=True):
+        print(f"  runs/s {a[0] / b[0]:.2f}x   run p99 {b[1] / a[1]:.2f}x   "
+              f"loop p99 {b[2] / a[2]:.2f}x")
+    print(f"  errors {len(errors_seen)}; load after {' '.join(loadavg())}")
+    for line in errors_seen[:5]:
         print(f"  error: {line}")
 
 
