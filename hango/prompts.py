@@ -15,9 +15,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Sequence
-from typing import Any, Protocol
-
-from psycopg.types.json import Json
+from typing import Any, LiteralString, Protocol
 
 from hango.db import Database
 from hango.models.base import Request, Response
@@ -28,26 +26,38 @@ from hango.telemetry.content import clip_view
 MIN_TEXT = 256  # bytes of text below which a cut view keeps headings only
 
 
+def _text(view: dict[str, Any]) -> str:
+    """The view as it is kept: compact JSON (its UTF-8 length is what counts in the budget)."""
+    return json.dumps(view, ensure_ascii=False, separators=(",", ":"))
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
 def _bytes(view: dict[str, Any]) -> int:
-    return len(json.dumps(view, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    return _size(_text(view))
 
 
-def bounded(view: dict[str, Any], budget: int) -> dict[str, Any]:
-    """``view`` whole if it fits ``budget`` bytes, else with its texts cut until it does; when
-    even its headings do not fit, the headings (every text cut to nothing, said so)."""
-    if _bytes(view) <= budget:
-        return {**view, "clipped": False}
+def bounded(view: dict[str, Any], budget: int) -> str:
+    """``view`` as kept, encoded once: whole if it fits ``budget`` bytes (its ``clipped`` flag
+    counted), else with its texts cut until it does; when even its headings do not fit, the
+    headings (every text cut to nothing, said so)."""
+    whole = _text({**view, "clipped": False})
+    if _size(whole) <= budget:
+        return whole
     share = budget
     while share >= MIN_TEXT:
         cut = copy.deepcopy(view)
         clip_view(cut, share)
         cut["clipped"] = True
-        if _bytes(cut) <= budget:
-            return cut
+        text = _text(cut)
+        if _size(text) <= budget:
+            return text
         share //= 2
     headings = copy.deepcopy(view)
     clip_view(headings, 0)
-    return {**headings, "clipped": True}
+    return _text({**headings, "clipped": True})
 
 
 class _Run(Protocol):
@@ -67,24 +77,33 @@ def store(db: Database, tenant_id: str, run_id: str, requests: Sequence[Request]
     if not requests:
         return
     with db.tenant(tenant_id) as conn:
-        # One store of a run at a time (a resumed part after the interrupted one).
-        if conn.execute("SELECT 1 FROM runs WHERE tenant_id = %s AND run_id = %s "
-                        "FOR NO KEY UPDATE", [tenant_id, run_id]).fetchone() is None:
+        # One store of a run at a time (a resumed part after the interrupted one): the run's row
+        # locked, and what an earlier part kept, in one statement (no row: no such run).
+        found = conn.execute(_KEPT, [tenant_id, run_id]).fetchone()
+        if found is None:
             return
-        found = conn.execute(
-            "SELECT coalesce(max(call), 0), coalesce(sum(bytes), 0) FROM run_prompts "
-            "WHERE tenant_id = %s AND run_id = %s", [tenant_id, run_id]).fetchone()
-        assert found is not None  # an aggregate has a row
         calls, used = int(found[0]), int(found[1])
-        rows = []
+        texts, sizes = [], []
         for request, response in zip(requests, responses, strict=True):
-            view = bounded(request_view(request, response), max(0, max_bytes - used))
-            size = _bytes(view)
-            used += size
-            calls += 1
-            rows.append([tenant_id, run_id, calls, Json(view), size])
-        conn.cursor().executemany("INSERT INTO run_prompts (tenant_id, run_id, call, view, bytes)"
-                                  " VALUES (%s, %s, %s, %s, %s)", rows)
+            text = bounded(request_view(request, response), max(0, max_bytes - used))
+            texts.append(text)
+            sizes.append(_size(text))
+            used += sizes[-1]
+        conn.execute(_INSERT, [tenant_id, run_id, calls, texts, sizes])
+
+
+_KEPT: LiteralString = """
+    SELECT coalesce(k.calls, 0), coalesce(k.used, 0)
+      FROM runs r,
+           LATERAL (SELECT max(p.call) AS calls, sum(p.bytes) AS used FROM run_prompts p
+                     WHERE p.tenant_id = r.tenant_id AND p.run_id = r.run_id) AS k
+     WHERE r.tenant_id = %s AND r.run_id = %s
+       FOR NO KEY UPDATE OF r"""
+# Every call of this part in one statement, numbered after the ``calls`` kept before it.
+_INSERT: LiteralString = """
+    INSERT INTO run_prompts (tenant_id, run_id, call, view, bytes)
+    SELECT %s, %s, %s + u.n, u.view::json, u.bytes
+      FROM unnest(%s::text[], %s::integer[]) WITH ORDINALITY AS u(view, bytes, n)"""
 
 
 def load(db: Database, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
