@@ -148,6 +148,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def server_env() -> dict[str, str]:
+    """The server's environment: ``python -m`` puts the working directory first on sys.path,
+    so that a baseline interpreter run here would import this checkout's hango: -P (Python
+    3.11), for the server and its workers."""
+    return {**os.environ, "PYTHONSAFEPATH": "1"}
+
+
+def hango_of(python: str) -> str:
+    """Where ``python`` imports hango from, as the server it starts would."""
+    return subprocess.run([python, "-c", "import hango; print(hango.__file__)"], env=server_env(),
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
 @contextmanager
 def hango_serve(workers: int, token: str,
                 python: str = sys.executable) -> Iterator[tuple[str, list[int]]]:
@@ -156,7 +169,7 @@ def hango_serve(workers: int, token: str,
     port = free_port()
     server = subprocess.Popen(
         [python, "-m", "hango.cli", "serve", "--port", str(port), "--workers",
-         str(workers), "--log-level", "warning"], env=os.environ.copy())
+         str(workers), "--log-level", "warning"], env=server_env())
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -360,6 +373,8 @@ def main() -> None:
 
     load_before = loadavg()
     db = Database()
+    if getattr(db, "embedded", False):  # a baseline checkout's server would find its own
+        os.environ.setdefault("HANGO_DATA_DIR", str(db.data_dir))
     prefix = "ws-" + uuid.uuid4().hex[:6]
     learners = seats(db, args.learners, prefix)
     postgres = postmaster_pid(db)
@@ -420,8 +435,10 @@ def compare(args: argparse.Namespace, learners: list[tuple[str, str]],
     same learners and database; a line per run, then this code against the baseline."""
     sides = {"this": sys.executable, "baseline": args.baseline}
     print(f"workshop: {args.learners} learners x (PUT memory + GET it + a run), "
-          f"{args.seconds:.0f} s a run, hango serve --workers {args.workers}, this code "
-          f"({sys.executable}) and the baseline ({args.baseline}) in turns")
+          f"{args.seconds:.0f} s a run, hango serve --workers {args.workers}, in turns: this "
+          f"code ({hango_of(sys.executable)}) and the baseline ({hango_of(args.baseline)})")
+    if hango_of(sys.executable) == hango_of(args.baseline):
+        raise SystemExit("--baseline imports the same hango as this code: see bench/README.md")
     print(f"  {'run':9} {'UTC':8} {'load before':>16} {'runs/s':>7} {'errors':>6} "
           f"{'server CPU ms/loop':>18} {'run p50':>8} {'run p99':>8} {'loop p99':>8}")
     figures: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
@@ -447,14 +464,14 @@ def compare(args: argparse.Namespace, learners: list[tuple[str, str]],
                   f"{runs / elapsed:7.1f} {len(errors):6} {spent[0] * 1e3 / max(runs, 1):18.2f} "
                   f"{statistics.median(run) * 1e3:8.1f} {p99 * 1e3:8.1f} {loop99 * 1e3:8.1f}",
                   flush=True)
+    for line in errors_seen[:5]:
+        print(f"  error: {line}")
     this, base = figures["this"], figures["baseline"]
     print("this / baseline, per round (runs/s; p99 of a run and of a loop, baseline / this):")
     for a, b in zip(this, base, strict=True):
-        print(f"  runs/s {a[0] / b[0]:.2f}x   run p99 {b[1] / a[1]:.2f}x   "
+        print(f"  runs/s {a[0] / max(b[0], 1e-9):.2f}x   run p99 {b[1] / a[1]:.2f}x   "
               f"loop p99 {b[2] / a[2]:.2f}x")
     print(f"  errors {len(errors_seen)}; load after {' '.join(loadavg())}")
-    for line in errors_seen[:5]:
-        print(f"  error: {line}")
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def store(db: Database, tenant_id: str, run_id: str, requests: Sequence[Request]
             texts.append(text)
             sizes.append(_size(text))
             used += sizes[-1]
-        conn.execute(_INSERT, [tenant_id, run_id, calls, texts, sizes])
+        conn.execute(_INSERT, [tenant_id, run_id, calls, sizes, f"[{','.join(texts)}]"])
 
 
 _KEPT: LiteralString = """
@@ -99,11 +99,12 @@ _KEPT: LiteralString = """
                      WHERE p.tenant_id = r.tenant_id AND p.run_id = r.run_id) AS k
      WHERE r.tenant_id = %s AND r.run_id = %s
        FOR NO KEY UPDATE OF r"""
-# Every call of this part in one statement, numbered after the ``calls`` kept before it.
+# Every call of this part in one statement, numbered after the ``calls`` kept before it: the
+# views as one JSON array (a text array is escaped element by element, in Python), the sizes.
 _INSERT: LiteralString = """
     INSERT INTO run_prompts (tenant_id, run_id, call, view, bytes)
-    SELECT %s, %s, %s + u.n, u.view::json, u.bytes
-      FROM unnest(%s::text[], %s::integer[]) WITH ORDINALITY AS u(view, bytes, n)"""
+    SELECT %s, %s, %s + v.n, v.view, (%s::integer[])[v.n]
+      FROM json_array_elements(%s::json) WITH ORDINALITY AS v(view, n)"""
 
 
 def load(db: Database, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
