@@ -17,13 +17,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hango import retention
+from hango import prompts, retention
 from hango.agent.base_prompt import BASE_PROMPT
 from hango.agents import AgentConfig, create_tenant, create_token, save_agent
 from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
 from hango.fs.backend import PostgresBackend
-from hango.models.view import MISS_REASONS, render
+from hango.models.base import Block, Message, Request, Response
+from hango.models.view import MISS_REASONS, render, request_view
 from hango.settings import load_settings
 
 HANGO = str(Path(sys.executable).with_name("hango"))
@@ -225,6 +226,19 @@ def test_the_prompts_kept_are_bounded_counted_and_go_with_their_run(db: Database
                                 "run_id = %s", [t.id, run["run_id"]]).fetchone() == (0,)
     finally:
         stop()
+
+
+def test_a_kept_view_fits_its_budget_with_its_clipped_flag_counted() -> None:
+    """A view whose texts fit the budget only without the ``"clipped":false`` it is kept with is
+    cut, so that a run's prompts never pass HANGO_RUN_PROMPT_MAX_BYTES."""
+    request = Request("hango-sim-1", (), (Block("x" * 2_000, "system_prompt"),),
+                      (Message("user", "hello"),))
+    view = request_view(request, Response("hi"))
+    bare = len(json.dumps(view, ensure_ascii=False, separators=(",", ":")).encode())
+    for budget in range(bare - 2, bare + 20):
+        kept = prompts.bounded(view, budget)
+        assert len(kept.encode()) <= budget, budget
+        assert json.loads(kept)["clipped"] == (budget < bare + len(',"clipped":false'))
 
 
 def test_one_tenants_prompt_says_nothing_of_anothers(db: Database, served: str) -> None:
