@@ -78,10 +78,15 @@ def store(db: Database, tenant_id: str, run_id: str, requests: Sequence[Request]
         return
     with db.tenant(tenant_id) as conn:
         # One store of a run at a time (a resumed part after the interrupted one): the run's row
-        # locked, and what an earlier part kept, in one statement (no row: no such run).
-        found = conn.execute(_KEPT, [tenant_id, run_id]).fetchone()
-        if found is None:
+        # locked first, then what was kept counted in a statement of its own, which sees what
+        # a store that held the lock committed (one statement would count from before the wait).
+        if conn.execute("SELECT 1 FROM runs WHERE tenant_id = %s AND run_id = %s "
+                        "FOR NO KEY UPDATE", [tenant_id, run_id]).fetchone() is None:
             return
+        found = conn.execute(
+            "SELECT coalesce(max(call), 0), coalesce(sum(bytes), 0) FROM run_prompts "
+            "WHERE tenant_id = %s AND run_id = %s", [tenant_id, run_id]).fetchone()
+        assert found is not None  # an aggregate has a row
         calls, used = int(found[0]), int(found[1])
         texts, sizes = [], []
         for request, response in zip(requests, responses, strict=True):
@@ -92,13 +97,6 @@ def store(db: Database, tenant_id: str, run_id: str, requests: Sequence[Request]
         conn.execute(_INSERT, [tenant_id, run_id, calls, sizes, f"[{','.join(texts)}]"])
 
 
-_KEPT: LiteralString = """
-    SELECT coalesce(k.calls, 0), coalesce(k.used, 0)
-      FROM runs r,
-           LATERAL (SELECT max(p.call) AS calls, sum(p.bytes) AS used FROM run_prompts p
-                     WHERE p.tenant_id = r.tenant_id AND p.run_id = r.run_id) AS k
-     WHERE r.tenant_id = %s AND r.run_id = %s
-       FOR NO KEY UPDATE OF r"""
 # Every call of this part in one statement, numbered after the ``calls`` kept before it: the
 # views as one JSON array (a text array is escaped element by element, in Python), the sizes.
 _INSERT: LiteralString = """
