@@ -24,8 +24,12 @@ server's processes and of PostgreSQL per loop, and the machine's load.
 ``--each N`` instead sends N requests of each kind in a row from one learner and prints the CPU
 each costs the server and PostgreSQL.
 
+``--baseline DIR`` runs another checkout's ``hango serve`` (``DIR``, a checkout or a ``git
+archive`` of one) and this code's in turns, the same learners on one database, and prints the
+ratios per round.
+
 Run: ``.venv/bin/python bench/workshop.py [--learners 30] [--seconds 20] [--workers 3]
-[--in-process | --each 300]``.
+[--in-process | --each 300 | --baseline DIR [--rounds 2]]``.
 """
 
 from __future__ import annotations
@@ -148,28 +152,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_env() -> dict[str, str]:
-    """The server's environment: ``python -m`` puts the working directory first on sys.path,
-    so that a baseline interpreter run here would import this checkout's hango: -P (Python
-    3.11), for the server and its workers."""
-    return {**os.environ, "PYTHONSAFEPATH": "1"}
+def server_env(checkout: str | None = None) -> dict[str, str]:
+    """The server's environment: ``checkout`` first on its path (``--baseline``), and -P
+    (Python 3.11) for it and its workers, since ``python -m`` would put the working directory
+    first, and from this checkout that is this checkout's hango."""
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    if checkout is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env.get("PYTHONPATH")]))
+    return env
 
 
-def hango_of(python: str) -> str:
-    """Where ``python`` imports hango from, as the server it starts would."""
-    return subprocess.run([python, "-c", "import hango; print(hango.__file__)"], env=server_env(),
-                          capture_output=True, text=True, check=True).stdout.strip()
+def hango_of(checkout: str | None = None) -> str:
+    """Where the server imports hango from."""
+    return subprocess.run([sys.executable, "-c", "import hango; print(hango.__file__)"],
+                          env=server_env(checkout), capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 @contextmanager
 def hango_serve(workers: int, token: str,
-                python: str = sys.executable) -> Iterator[tuple[str, list[int]]]:
-    """``hango serve --workers N`` on a free port, run by ``python`` (``--baseline``: another
-    checkout's code); yields its URL and its process ids."""
+                checkout: str | None = None) -> Iterator[tuple[str, list[int]]]:
+    """``hango serve --workers N`` on a free port, on ``checkout``'s code (``--baseline``) or
+    this one's; yields its URL and its process ids."""
     port = free_port()
     server = subprocess.Popen(
-        [python, "-m", "hango.cli", "serve", "--port", str(port), "--workers",
-         str(workers), "--log-level", "warning"], env=server_env())
+        [sys.executable, "-m", "hango.cli", "serve", "--port", str(port), "--workers",
+         str(workers), "--log-level", "warning"], env=server_env(checkout))
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -361,9 +369,9 @@ def main() -> None:
                         help="the loop before the runs endpoint: server thread + Agent.run here")
     parser.add_argument("--each", type=int, metavar="N",
                         help="instead: N requests of each kind in a row, CPU per request")
-    parser.add_argument("--baseline", metavar="PYTHON",
-                        help="an interpreter that imports another checkout's hango (bench/README"
-                        ".md): its hango serve and this code's, in turns, on one database")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="another checkout (or its `git archive`): its hango serve and this "
+                        "code's, in turns, on one database")
     parser.add_argument("--rounds", type=int, default=2,
                         help="with --baseline: rounds of (this, baseline), the order swapped "
                         "every other round")
@@ -433,11 +441,11 @@ def compare(args: argparse.Namespace, learners: list[tuple[str, str]],
             postgres: int | None) -> None:
     """``--baseline``: this code's ``hango serve`` and the baseline's, in turns (ABBA...), the
     same learners and database; a line per run, then this code against the baseline."""
-    sides = {"this": sys.executable, "baseline": args.baseline}
+    sides = {"this": None, "baseline": args.baseline}
     print(f"workshop: {args.learners} learners x (PUT memory + GET it + a run), "
           f"{args.seconds:.0f} s a run, hango serve --workers {args.workers}, in turns: this "
-          f"code ({hango_of(sys.executable)}) and the baseline ({hango_of(args.baseline)})")
-    if hango_of(sys.executable) == hango_of(args.baseline):
+          f"code ({hango_of()}) and the baseline ({hango_of(args.baseline)})")
+    if hango_of() == hango_of(args.baseline):
         raise SystemExit("--baseline imports the same hango as this code: see bench/README.md")
     print(f"  {'run':9} {'UTC':8} {'load before':>16} {'runs/s':>7} {'errors':>6} "
           f"{'server CPU ms/loop':>18} {'run p50':>8} {'run p99':>8} {'loop p99':>8}")
