@@ -24,8 +24,12 @@ server's processes and of PostgreSQL per loop, and the machine's load.
 ``--each N`` instead sends N requests of each kind in a row from one learner and prints the CPU
 each costs the server and PostgreSQL.
 
+``--baseline DIR`` runs another checkout's ``hango serve`` (``DIR``, a checkout or a ``git
+archive`` of one) and this code's in turns, the same learners on one database, and prints the
+ratios per round.
+
 Run: ``.venv/bin/python bench/workshop.py [--learners 30] [--seconds 20] [--workers 3]
-[--in-process | --each 300]``.
+[--in-process | --each 300 | --baseline DIR [--rounds 2]]``.
 """
 
 from __future__ import annotations
@@ -148,13 +152,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def server_env(checkout: str | None = None) -> dict[str, str]:
+    """The server's environment: ``checkout`` first on its path (``--baseline``), and -P
+    (Python 3.11) for it and its workers, since ``python -m`` would put the working directory
+    first, and from this checkout that is this checkout's hango."""
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    if checkout is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env.get("PYTHONPATH")]))
+    return env
+
+
+def hango_of(checkout: str | None = None) -> str:
+    """Where the server imports hango from."""
+    return subprocess.run([sys.executable, "-c", "import hango; print(hango.__file__)"],
+                          env=server_env(checkout), capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 @contextmanager
-def hango_serve(workers: int, token: str) -> Iterator[tuple[str, list[int]]]:
-    """``hango serve --workers N`` on a free port; yields its URL and its process ids."""
+def hango_serve(workers: int, token: str,
+                checkout: str | None = None) -> Iterator[tuple[str, list[int]]]:
+    """``hango serve --workers N`` on a free port, on ``checkout``'s code (``--baseline``) or
+    this one's; yields its URL and its process ids."""
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "hango.cli", "serve", "--port", str(port), "--workers",
-         str(workers), "--log-level", "warning"], env=os.environ.copy())
+         str(workers), "--log-level", "warning"], env=server_env(checkout))
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -346,18 +369,29 @@ def main() -> None:
                         help="the loop before the runs endpoint: server thread + Agent.run here")
     parser.add_argument("--each", type=int, metavar="N",
                         help="instead: N requests of each kind in a row, CPU per request")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="another checkout (or its `git archive`): its hango serve and this "
+                        "code's, in turns, on one database")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="with --baseline: rounds of (this, baseline), the order swapped "
+                        "every other round")
     args = parser.parse_args()
     from hango.agents import drop_tenant
     from hango.db import Database
 
     load_before = loadavg()
     db = Database()
+    if getattr(db, "embedded", False):  # a baseline checkout's server would find its own
+        os.environ.setdefault("HANGO_DATA_DIR", str(db.data_dir))
     prefix = "ws-" + uuid.uuid4().hex[:6]
     learners = seats(db, args.learners, prefix)
     postgres = postmaster_pid(db)
     try:
         if args.each:
             each_request(learners[0], args.each, postgres)
+            return
+        if args.baseline:
+            compare(args, learners, postgres)
             return
         if args.in_process:
             from hango.api.app import create_app, serve_in_thread
@@ -401,6 +435,51 @@ def main() -> None:
         print(f"  {key:6} {statistics.median(xs) * 1e3:9.2f} {p99 * 1e3:9.2f}")
     for line in errors[:5]:
         print(f"  error: {line}")
+
+
+def compare(args: argparse.Namespace, learners: list[tuple[str, str]],
+            postgres: int | None) -> None:
+    """``--baseline``: this code's ``hango serve`` and the baseline's, in turns (ABBA...), the
+    same learners and database; a line per run, then this code against the baseline."""
+    sides = {"this": None, "baseline": args.baseline}
+    print(f"workshop: {args.learners} learners x (PUT memory + GET it + a run), "
+          f"{args.seconds:.0f} s a run, hango serve --workers {args.workers}, in turns: this "
+          f"code ({hango_of()}) and the baseline ({hango_of(args.baseline)})")
+    if hango_of() == hango_of(args.baseline):
+        raise SystemExit("--baseline imports the same hango as this code: see bench/README.md")
+    print(f"  {'run':9} {'UTC':8} {'load before':>16} {'runs/s':>7} {'errors':>6} "
+          f"{'server CPU ms/loop':>18} {'run p50':>8} {'run p99':>8} {'loop p99':>8}")
+    figures: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    errors_seen: list[str] = []
+    for r in range(args.rounds):
+        for side in (("this", "baseline") if r % 2 == 0 else ("baseline", "this")):
+            load = " ".join(loadavg())
+            with hango_serve(args.workers, learners[0][1], sides[side]) as (url, server_pids):
+                def meter(pids: list[int] = server_pids) -> list[float]:
+                    backends = children(postgres) if postgres else []
+                    return [cpu_seconds(pids), cpu_seconds(backends)]
+
+                samples, errors, elapsed, spent = workshop(
+                    url, learners, args.seconds, lambda index, http: over_http(http), meter)
+            runs = len(samples["run"])
+            run = sorted(samples["run"]) or [float("nan")]
+            loop = sorted(samples["loop"]) or [float("nan")]
+            p99 = run[min(len(run) - 1, int(len(run) * 0.99))]
+            loop99 = loop[min(len(loop) - 1, int(len(loop) * 0.99))]
+            figures[side].append((runs / elapsed, p99, loop99))
+            errors_seen += errors
+            print(f"  {side:9} {time.strftime('%H:%M:%S', time.gmtime())} {load:>16} "
+                  f"{runs / elapsed:7.1f} {len(errors):6} {spent[0] * 1e3 / max(runs, 1):18.2f} "
+                  f"{statistics.median(run) * 1e3:8.1f} {p99 * 1e3:8.1f} {loop99 * 1e3:8.1f}",
+                  flush=True)
+    for line in errors_seen[:5]:
+        print(f"  error: {line}")
+    this, base = figures["this"], figures["baseline"]
+    print("this / baseline, per round (runs/s; p99 of a run and of a loop, baseline / this):")
+    for a, b in zip(this, base, strict=True):
+        print(f"  runs/s {a[0] / max(b[0], 1e-9):.2f}x   run p99 {b[1] / a[1]:.2f}x   "
+              f"loop p99 {b[2] / a[2]:.2f}x")
+    print(f"  errors {len(errors_seen)}; load after {' '.join(loadavg())}")
 
 
 if __name__ == "__main__":

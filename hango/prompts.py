@@ -17,8 +17,6 @@ import json
 from collections.abc import Sequence
 from typing import Any, LiteralString, Protocol
 
-from psycopg.types.json import Json
-
 from hango.db import Database
 from hango.models.base import Request, Response
 from hango.models.view import render, request_view
@@ -28,26 +26,38 @@ from hango.telemetry.content import clip_view
 MIN_TEXT = 256  # bytes of text below which a cut view keeps headings only
 
 
+def _text(view: dict[str, Any]) -> str:
+    """The view as it is kept: compact JSON (its UTF-8 length is what counts in the budget)."""
+    return json.dumps(view, ensure_ascii=False, separators=(",", ":"))
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
 def _bytes(view: dict[str, Any]) -> int:
-    return len(json.dumps(view, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    return _size(_text(view))
 
 
-def bounded(view: dict[str, Any], budget: int) -> dict[str, Any]:
-    """``view`` whole if it fits ``budget`` bytes, else with its texts cut until it does; when
-    even its headings do not fit, the headings (every text cut to nothing, said so)."""
-    if _bytes(view) <= budget:
-        return {**view, "clipped": False}
+def bounded(view: dict[str, Any], budget: int) -> str:
+    """``view`` as kept, encoded once: whole if it fits ``budget`` bytes (its ``clipped`` flag
+    counted), else with its texts cut until it does; when even its headings do not fit, the
+    headings (every text cut to nothing, said so)."""
+    whole = _text({**view, "clipped": False})
+    if _size(whole) <= budget:
+        return whole
     share = budget
     while share >= MIN_TEXT:
         cut = copy.deepcopy(view)
         clip_view(cut, share)
         cut["clipped"] = True
-        if _bytes(cut) <= budget:
-            return cut
+        text = _text(cut)
+        if _size(text) <= budget:
+            return text
         share //= 2
     headings = copy.deepcopy(view)
     clip_view(headings, 0)
-    return {**headings, "clipped": True}
+    return _text({**headings, "clipped": True})
 
 
 class _Run(Protocol):
@@ -62,14 +72,14 @@ def keep(db: Database, tenant_id: str, run: _Run, settings: Settings) -> None:
 
 
 def _views(requests: Sequence[Request], responses: Sequence[Response], max_bytes: int,
-           used: int) -> list[tuple[dict[str, Any], int]]:
-    """Each call's view, bounded by what is left of ``max_bytes`` after ``used``, and its size."""
+           used: int) -> list[tuple[str, int]]:
+    """Each call's view as kept, bounded by what is left of ``max_bytes`` after ``used``, and
+    its size."""
     out = []
     for request, response in zip(requests, responses, strict=True):
-        view = bounded(request_view(request, response), max(0, max_bytes - used))
-        size = _bytes(view)
-        used += size
-        out.append((view, size))
+        text = bounded(request_view(request, response), max(0, max_bytes - used))
+        used += _size(text)
+        out.append((text, _size(text)))
     return out
 
 
@@ -79,7 +89,9 @@ def store(db: Database, tenant_id: str, run_id: str, requests: Sequence[Request]
     if not requests:
         return
     with db.tenant(tenant_id) as conn:
-        # One store of a run at a time (a resumed part after the interrupted one).
+        # One store of a run at a time (a resumed part after the interrupted one): the run's row
+        # locked first, then what was kept counted in a statement of its own, which sees what
+        # a store that held the lock committed (one statement would count from before the wait).
         if conn.execute("SELECT 1 FROM runs WHERE tenant_id = %s AND run_id = %s "
                         "FOR NO KEY UPDATE", [tenant_id, run_id]).fetchone() is None:
             return
@@ -87,12 +99,17 @@ def store(db: Database, tenant_id: str, run_id: str, requests: Sequence[Request]
             "SELECT coalesce(max(call), 0), coalesce(sum(bytes), 0) FROM run_prompts "
             "WHERE tenant_id = %s AND run_id = %s", [tenant_id, run_id]).fetchone()
         assert found is not None  # an aggregate has a row
-        calls = int(found[0])
-        rows = [[tenant_id, run_id, calls + i, Json(view), size]
-                for i, (view, size) in enumerate(_views(requests, responses, max_bytes,
-                                                        int(found[1])), 1)]
-        conn.cursor().executemany("INSERT INTO run_prompts (tenant_id, run_id, call, view, bytes)"
-                                  " VALUES (%s, %s, %s, %s, %s)", rows)
+        views = _views(requests, responses, max_bytes, int(found[1]))
+        conn.execute(_INSERT, [tenant_id, run_id, int(found[0]), [size for _, size in views],
+                               f"[{','.join(text for text, _ in views)}]"])
+
+
+# Every call of this part in one statement, numbered after the ``calls`` kept before it: the
+# views as one JSON array (a text array is escaped element by element, in Python), the sizes.
+_INSERT: LiteralString = """
+    INSERT INTO run_prompts (tenant_id, run_id, call, view, bytes)
+    SELECT %s, %s, %s + v.n, v.view, (%s::integer[])[v.n]
+      FROM json_array_elements(%s::json) WITH ORDINALITY AS v(view, n)"""
 
 
 # The views of a new run's calls, in the transaction that saves its row (the runs API sends
@@ -110,7 +127,7 @@ def first_params(tenant_id: str, run: _Run, settings: Settings) -> dict[str, Any
     """The parameters of :data:`INSERT_FIRST` for ``run`` (``HANGO_RUN_PROMPT_MAX_BYTES``)."""
     views = _views(run.requests, run.responses, settings.run_prompt_max_bytes, 0)
     return {"t": tenant_id, "r": run.run_id, "sizes": [size for _, size in views],
-            "views": [json.dumps(view) for view, _ in views]}  # as Json(view)
+            "views": [text for text, _ in views]}
 
 
 def load(db: Database, tenant_id: str, run_id: str) -> list[dict[str, Any]]:

@@ -13,12 +13,14 @@ command, the files API before serving, ``default_stack`` before a run).
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_PREFIX = "HANGO_"
 
 # The reserved prefixes of hango/fs/path.py, as the shape of the two source lists (a test keeps
 # the spellings equal): memory sources are files under /memories/, skills sources directories
@@ -42,10 +44,12 @@ def _split_list(value: object) -> object:
     return value
 
 
-class Settings(BaseSettings):
-    """Tenant-level defaults and where hango finds its database and serves its API."""
+class Settings(BaseModel):
+    """Tenant-level defaults and where hango finds its database and serves its API: each field
+    from its ``HANGO_*`` variable (any case), unless given; a variable hango does not know is
+    ignored. The variables are read here, with no settings library: a run imports only this."""
 
-    model_config = SettingsConfigDict(env_prefix="HANGO_", extra="ignore")
+    model_config = ConfigDict(extra="ignore", validate_default=True)
 
     database_url: str | None = Field(
         default=None,
@@ -66,9 +70,9 @@ class Settings(BaseSettings):
     data_dir: Path | None = Field(
         default=None, description="Where the embedded server keeps its data (default: ./.hango)."
     )
-    memory_default_sources: Annotated[list[str], NoDecode] = ["/memories/AGENTS.md"]
+    memory_default_sources: list[str] = ["/memories/AGENTS.md"]
     memory_max_bytes: int = Field(default=65536, ge=1, le=16 * 1024 * 1024)
-    skills_default_sources: Annotated[list[str], NoDecode] = ["/skills/"]
+    skills_default_sources: list[str] = ["/skills/"]
     skills_max: int = Field(default=100, ge=1, le=100_000)
     # Bytes of the rendered skills index (header, one line per skill, footer). Claude Code's
     # budget for skill descriptions is "1% of the context window, with a fallback of 8,000
@@ -145,6 +149,17 @@ class Settings(BaseSettings):
     # HTTP keeps, in bytes, counted in its run_bytes (hango/prompts.py).
     history_max_versions: int = Field(default=20, ge=1, le=1000)
     run_prompt_max_bytes: int = Field(default=256 * 1024, ge=0, le=64 * 1024 * 1024)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment(cls, given: object) -> object:
+        """The ``HANGO_*`` variables, as text (a field's own type reads it), under what was
+        given."""
+        if not isinstance(given, dict):
+            return given
+        found = {name[len(ENV_PREFIX):].lower(): value for name, value in os.environ.items()
+                 if name.upper().startswith(ENV_PREFIX)}
+        return {**{k: v for k, v in found.items() if k in cls.model_fields}, **given}
 
     @field_validator("memory_default_sources", "skills_default_sources", mode="before")
     @classmethod

@@ -40,6 +40,7 @@ from hango.agents import (
     token_digest,
 )
 from hango.db import APP_ROLE, Database
+from hango.fs.backend import PostgresBackend
 
 FORGED = hashlib.sha256(b"forged").digest()
 FORGED_SQL = f"'\\x{FORGED.hex()}'::bytea"  # DDL takes no parameters
@@ -199,6 +200,34 @@ def test_a_revoked_or_expired_token_is_401_at_once(db: Database, api_url: str,
             assert "revoked" in response.json()["detail"]
             assert principal_for(db, token) is None
     assert revoke_token(db, revoked_id) is None  # once
+
+
+# Every kind of request a learner's loop sends: each looks its token up anew (nothing is kept
+# between requests), so a revoke is seen by the very next one, whichever it is.
+DOORS = [("PUT", "/v1/agents/a1/files/memories/AGENTS.md", b"hi"),
+         ("GET", "/v1/agents/a1/files/memories/AGENTS.md", None),  # the plain GET's own door
+         ("GET", "/v1/agents/a1/files", None),  # a listing
+         ("POST", "/v1/agents/a1/runs", b'{"prompt": "hello"}'),
+         ("GET", "/v1/agents/a1", None)]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), DOORS,
+                         ids=["put", "plain-get", "listing", "run", "agent"])
+def test_a_revoked_token_is_401_on_the_very_next_request_of_each_kind(
+        db: Database, api_url: str, agent: str, method: str, path: str, body: bytes | None) -> None:
+    token, token_id = mint_token(db, agent, "owner")
+    create_token(db, agent, "owner")  # the tenant keeps a live owner
+    PostgresBackend(db, agent, "a1").write("/memories/AGENTS.md", "hi")
+    headers = {**_auth(token), "Content-Type": "application/json" if method == "POST"
+               else "text/plain; charset=utf-8"}
+    with httpx.Client(base_url=api_url) as client:  # one kept-alive connection
+        for _ in range(3):  # warm: the same request, the same connection
+            response = client.request(method, path, content=body, headers=headers)
+            assert response.status_code < 300, response.text
+        assert revoke_token(db, token_id) == agent
+        response = client.request(method, path, content=body, headers=headers)
+    assert response.status_code == 401, response.text
+    assert response.json() == {"detail": "unknown bearer token (or revoked, or expired)"}
 
 
 def test_expiry_is_checked_at_creation() -> None:

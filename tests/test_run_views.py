@@ -17,13 +17,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hango import retention
+from hango import prompts, retention
 from hango.agent.base_prompt import BASE_PROMPT
+from hango.agent.runtime import Agent
 from hango.agents import AgentConfig, create_tenant, create_token, save_agent
 from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
 from hango.fs.backend import PostgresBackend
-from hango.models.view import MISS_REASONS, render
+from hango.models.base import Block, Message, Request, Response
+from hango.models.simulated import SimulatedModel
+from hango.models.view import MISS_REASONS, render, request_view
 from hango.settings import load_settings
 
 HANGO = str(Path(sys.executable).with_name("hango"))
@@ -225,6 +228,61 @@ def test_the_prompts_kept_are_bounded_counted_and_go_with_their_run(db: Database
                                 "run_id = %s", [t.id, run["run_id"]]).fetchone() == (0,)
     finally:
         stop()
+
+
+def test_a_kept_view_fits_its_budget_with_its_clipped_flag_counted() -> None:
+    """A view whose texts fit the budget only without the ``"clipped":false`` it is kept with is
+    cut, so that a run's prompts never pass HANGO_RUN_PROMPT_MAX_BYTES."""
+    request = Request("hango-sim-1", (), (Block("x" * 2_000, "system_prompt"),),
+                      (Message("user", "hello"),))
+    view = request_view(request, Response("hi"))
+    bare = len(json.dumps(view, ensure_ascii=False, separators=(",", ":")).encode())
+    for budget in range(bare - 2, bare + 20):
+        kept = prompts.bounded(view, budget)
+        assert len(kept.encode()) <= budget, budget
+        assert json.loads(kept)["clipped"] == (budget < bare + len(',"clipped":false'))
+
+
+def test_a_store_that_waited_for_the_run_numbers_its_calls_after_what_was_kept(
+        db: Database) -> None:
+    """Two parts of one run kept at once (a resumed part while the interrupted one is still
+    keeping its prompts): the second waits for the run's row, then counts what the first kept
+    and numbers its calls after them. Nothing lost, nothing numbered twice."""
+    import threading
+    import time
+
+    tid = create_tenant(db, "views-" + uuid.uuid4().hex[:10])
+    save_agent(db, tid, "a1", AgentConfig())
+    result = Agent(db, tid, "a1", SimulatedModel()).run("hello", record=True)
+    errors: list[BaseException] = []
+
+    def store() -> None:
+        try:
+            prompts.store(db, tid, result.run_id, result.requests, result.responses, 100_000)
+        except BaseException as exc:  # the assertion below shows it
+            errors.append(exc)
+
+    with db.admin(tid) as first:  # the first part: it holds the run while it keeps a call
+        first.execute("SELECT 1 FROM runs WHERE tenant_id = %s AND run_id = %s FOR NO KEY "
+                      "UPDATE", [tid, result.run_id])
+        second = threading.Thread(target=store)
+        second.start()
+        deadline = time.monotonic() + 30
+        with db.admin() as watch:
+            while watch.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type "
+                                "= 'Lock' AND query LIKE '%%FOR NO KEY UPDATE%%'"
+                                ).fetchone() != (1,):
+                assert time.monotonic() < deadline, "the second store never waited"
+                time.sleep(0.02)
+        first.execute("INSERT INTO run_prompts (tenant_id, run_id, call, view, bytes) "
+                      "VALUES (%s, %s, 1, '{}', 2)", [tid, result.run_id])
+    second.join(timeout=30)
+    assert errors == []
+    with db.tenant(tid) as conn:
+        calls = conn.execute("SELECT call FROM run_prompts WHERE tenant_id = %s AND run_id = %s "
+                             "ORDER BY call", [tid, result.run_id]).fetchall()
+    assert calls == [(n,) for n in range(1, 2 + len(result.requests))]
+    assert prompts.load(db, tid, result.run_id)[0] == {}  # the first part's call, then ours
 
 
 def test_one_tenants_prompt_says_nothing_of_anothers(db: Database, served: str) -> None:

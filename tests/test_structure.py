@@ -195,15 +195,40 @@ def _python(code: str) -> list[str]:
 
 def test_a_middleware_imports_no_opentelemetry_no_driver_and_no_server() -> None:
     """``import hango.agent.memory`` loads the lesson and the names of the telemetry catalogue:
-    no OpenTelemetry (API or SDK), no database driver, no settings machinery, no web server. A
-    run needs more (the runtime, the database, the simulator), but still no SDK and no server."""
+    no OpenTelemetry (API or SDK), no database driver, no settings machinery, no web server."""
     heavy = ("opentelemetry", "psycopg", "pydantic", "pydantic_settings", "fastapi", "uvicorn")
     code = ("import sys, hango.agent.memory, hango.agent.skills\n"
-            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))\n"
-            "import hango.agent.runtime, hango.db, hango.models.simulated\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', "
-            "'fastapi', 'uvicorn', 'hango.perf', 'hango.api'))))\n")
-    assert _python(code) == ["[]", "[]"]
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))\n")
+    assert _python(code) == ["[]"]
+
+
+def test_import_hango_loads_the_facade_alone() -> None:
+    """``import hango`` (``hango --help``, a notebook's first cell) loads no module of the
+    package but the facade, and nothing outside the standard library: each name loads its
+    module on first use."""
+    code = ("import sys\nbefore = set(sys.modules)\nimport hango\n"
+            "new = set(sys.modules) - before\n"
+            "print(sorted(m for m in new if m.startswith('hango.')))\n"
+            "print(sorted({m.split('.')[0] for m in new} - set(sys.stdlib_module_names)))\n")
+    assert _python(code) == ["[]", "['hango']"]
+
+
+# What a run uses is the lesson, the driver, pydantic (the agent's config), the OpenTelemetry
+# API and the simulator; these it does not use, so it does not load them.
+NOT_FOR_A_RUN = ("opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry.instrumentation",
+                 "pydantic_settings", "dotenv", "fastapi", "starlette", "uvicorn", "httpx",
+                 "anthropic", "openai", "prometheus_client", "matplotlib", "IPython",
+                 "hango.perf", "hango.api", "hango.cli", "hango.workshop", "hango.notebook",
+                 "hango.telemetry.setup", "hango.telemetry.server", "hango.telemetry.configured",
+                 "hango.telemetry.prometheus")
+
+
+def test_what_a_run_needs_loads_no_exporter_no_sdk_no_settings_library_and_no_server() -> None:
+    code = ("import sys, hango.agent.runtime, hango.db, hango.models.simulated\n"
+            "print(sorted({m for m in sys.modules if m.startswith("
+            f"{NOT_FOR_A_RUN!r})}}))\n"
+            "print('psycopg' in sys.modules, 'opentelemetry.trace' in sys.modules)\n")
+    assert _python(code) == ["[]", "True True"]  # the driver and the API: what it does use
 
 
 BLOCK_PERF = """

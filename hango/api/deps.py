@@ -125,7 +125,10 @@ class Authenticate:
     this a request with no token and a malformed body got 422, telling an anonymous caller
     about the body. Here a missing, unknown, revoked or expired token is 401 at once; a known
     one is kept in the request's state for the route's ``_principal`` dependency (one lookup).
-    A plain GET of a file is answered here when the file is there (:mod:`hango.api.plain_get`).
+    The lookup is one statement on the event loop (:func:`hango.api.plain_get.read_as`: no
+    transaction around it, no hand-off to a worker thread), made for every request: nothing
+    about a token is kept between requests. A plain GET of a file is answered here when the
+    file is there: the same statement read it.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -139,15 +142,15 @@ class Authenticate:
         token = _bearer_token(header)
         status, detail, challenge = 401, _no_bearer(header), 'Bearer realm="hango"'
         if token is not None:
-            target = plain_get(scope)  # a plain GET of a file: token and file in one statement
+            # One statement: who the token is and, for a plain GET of a file, the file too.
+            agent_id, path = plain_get(scope) or (None, None)
             try:
                 db = _db_of(scope["app"])
-                if target is None:
-                    principal, found = await run_in_threadpool(principal_for, db, token), None
-                else:
-                    cap = scope["app"].state.hango_settings.max_file_bytes
-                    on_loop = scope["app"].state.hango_loop is asyncio.get_running_loop()
-                    principal, found = await read_as(db, token, *target, cap, on_loop=on_loop)
+                state = scope["app"].state
+                on_loop = state.hango_loop is asyncio.get_running_loop()
+                principal, found = await read_as(db, token, agent_id, path,
+                                                 state.hango_settings.max_file_bytes,
+                                                 on_loop=on_loop)
             except (DatabaseError, psycopg.OperationalError) as exc:
                 await unavailable(exc)(scope, receive, send)
                 return
