@@ -207,10 +207,10 @@ def _notebook_outputs(name: str) -> str:
 
 @pytest.mark.parametrize(("notebook", "section", "figures"), [
     ("solutions/06-solutions.ipynb", "06.1 Put memory before PromptCache",
-     ["0.829", "0.000", "0.024791", "0.066656"]),
-    ("09-agent-written-memory.ipynb", "### 14.2", ["1516", "0.948"]),
+     ["0.83", "0.0", "0.024848", "0.066904"]),
+    ("09-agent-written-memory.ipynb", "### 14.2", ["1540", "0.931"]),
     ("10-any-model-prefix-caching.ipynb", "**The two columns.**",
-     ["2281", "1901", "2176", "1920", "2359", "2304", "2262", "274", "2.13", "1.10"]),
+     ["2292", "1912", "2176", "1920", "2370", "2304", "2277", "274", "2.13", "1.10"]),
 ])
 def test_figures_quoted_from_a_notebook_are_in_its_outputs(notebook: str, section: str,
                                                             figures: list[str]) -> None:
