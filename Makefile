@@ -70,7 +70,7 @@ serve: install-lab
 bench: install
 	for f in $(filter-out bench/provider_check.py,$(wildcard bench/*.py)); do echo "== $$f"; $(BIN)/python $$f || exit 1; done  # provider_check.py needs a key
 
-mutation: install  ## mutation testing (issue 11.5); docs/reliability.md "Mutation testing"
+mutation: install  ## mutation testing; docs/reliability.md "Mutation testing"
 	HANGO_DATA_DIR=$(CURDIR)/.hango $(BIN)/mutmut run --max-children 2
 	$(BIN)/python tests/mutation_report.py --markdown > docs/mutation-survivors.md
 	$(BIN)/python tests/mutation_report.py

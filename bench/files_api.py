@@ -14,12 +14,12 @@ below), so that load from other processes lands on all of them alike:
 - ``GET, socket client``: the same request from a plain-socket keep-alive client, which costs
   next to nothing: the server's own cost;
 - ``GET via route``: the same GET with a query string, which the plain-GET path leaves to the
-  FastAPI route: the token and the file in two transactions, as every GET was before issue 14;
+  FastAPI route: the token and the file in two transactions, as every GET was before the plain GET;
 - ``401, no token``: refused before any database work;
 - what the floor is made of, on the same uvicorn (httptools + uvloop when installed): ``bare
   asgi``, a 10-line ASGI app answering 200 (socket client, and through httpx), and ``+ thread
   hop``, the same app handing one no-op to a worker thread, as the API's routes do for their
-  statements (the plain GET no longer does: issue 14).
+  statements (the plain GET no longer does).
 
 Protocol round trips per GET are counted from a libpq trace, not guessed. Each row also gives
 CPU time per operation (the whole process's, client and server threads): on a shared machine,
@@ -291,8 +291,8 @@ def main() -> None:
         rest = p50["GET, socket client"] - p50["bare asgi"] - p50["db statement"]
         print(f"  {title.split(', ', 1)[1]}: hango client "
               f"{p50['GET, hango client'] / p50['raw select']:.1f}x, socket client "
-              f"{p50['GET, socket client'] / p50['raw select']:.1f}x, via the route (as before "
-              f"issue 14) {p50['GET via route'] / p50['raw select']:.1f}x; the socket GET's "
+              f"{p50['GET, socket client'] / p50['raw select']:.1f}x, via the route (as every GET was "
+              f"before) {p50['GET via route'] / p50['raw select']:.1f}x; the socket GET's "
               f"{p50['GET, socket client']:.3f} ms = HTTP server and client "
               f"{p50['bare asgi']:.3f} + db statement "
               f"{p50['db statement']:.3f} + the rest {rest:.3f}; httpx adds "

@@ -7,7 +7,7 @@ In one process and one run, on one server (uvicorn in a thread, the real databas
 - tenant B has one small file, which it GETs ``--gets`` times in a row (one client, keep-alive);
 - ``alone``: B's GETs with nothing else running (measured first and again last);
 - ``before``: ``--listers`` clients of A each list ``/big/`` over and over *whole*, the way the
-  API did before issue 10 (main's unbounded ``GROUP BY`` query and one response with every
+  API did before listings were paged (main's unbounded ``GROUP BY`` query and one response with every
   entry; that route is rebuilt here, beside the real one, so both run in the same process);
 - ``after``: the same clients list ``/big/`` with the real, paginated API: page after page of
   the default size, following ``next_cursor`` to the end, then again.
@@ -40,7 +40,7 @@ from hango.fs.backend import like_escape
 from hango.fs.path import clean_dir
 from hango.settings import load_settings
 
-# main's listing before issue 10, verbatim: every child of the directory in one query and one
+# main's listing before pages, verbatim: every child of the directory in one query and one
 # response (hango/fs/backend.py ``ls`` and hango/api/app.py ``list_files`` at a6cd9b3).
 UNBOUNDED_LS = """SELECT split_part(substr(path, %(n)s), '/', 1) AS child,
                          bool_or(strpos(substr(path, %(n)s), '/') > 0) AS is_dir,

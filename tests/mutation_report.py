@@ -1,4 +1,4 @@
-"""Summarise a finished `mutmut run` (issue 11 point 5): the score per module and every survivor
+"""Summarise a finished `mutmut run`: the score per module and every survivor
 with its one-line diff and its verdict from tests/mutation_verdicts.toml.
 
 Run from the repository root after `mutmut run` (`make mutation` does both):

@@ -314,7 +314,7 @@ def test_the_providers_400_reaches_the_caller(stub: Stub) -> None:
 
 
 
-# --- the simulator prices exactly what the adapter sends (issue 12, point 1) ---
+# --- the simulator prices exactly what the adapter sends ---
 
 
 def recount(body: dict[str, Any]) -> tuple[int, list[tuple[int, str]]]:
@@ -431,7 +431,7 @@ def test_a_tool_without_parameters_is_one_schema_on_the_wire_and_in_the_price(st
     assert sim.calls[1][1].usage.cache_read_input_tokens > 0
 
 
-# --- never an empty text block (issue 10, point 8) ---
+# --- never an empty text block ---
 
 
 def test_blank_system_blocks_are_left_out_and_their_marker_moves_back(stub: Stub) -> None:

@@ -101,7 +101,7 @@ def test_the_base_prompt_of_a_new_agent_is_long_enough_to_be_cached() -> None:
 
 
 def test_token_expiry_list_and_revoke(db: Database, tenant: str) -> None:
-    """Issue 10.7: ``--expires``, ``hango token list`` (never the secret), ``hango token revoke``."""
+    """``--expires``, ``hango token list`` (never the secret), ``hango token revoke``."""
     created = hango("token", "create", tenant, "--role", "member", "--label", "ci bot",
                     "--expires", "30d")
     assert created.returncode == 0, created.stderr

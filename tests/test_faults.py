@@ -239,7 +239,7 @@ def test_database_stops_inside_a_tools_transaction(server: Server,
 def test_another_pytest_session_does_not_cut_the_server_off(
     server: Server, world: tuple[Database, str], tmp_path: Path
 ) -> None:
-    """Issue 10.11: the tools-transaction test failed once "under heavy load", that is while
+    """The tools-transaction test failed once "under heavy load", that is while
     other pytest sessions ran on the machine. Starting one resets pytest's temporary root to
     mode 0700 (and prunes old session folders); the server's data folder lay under it, so the
     next ``pg_ctl stop``/``start``, run as the server's user, failed: Permission denied."""

@@ -257,8 +257,8 @@ class World:
         return {(t, a, p): (v, h) for t, a, p, v, h in rows}
 
 
-# No file "/memories" beside "/memories/AGENTS.md": a file and a directory may not share a name
-# (issue 10); writing "/memories" is still tried by every layer and refused.
+# No file "/memories" beside "/memories/AGENTS.md": a file and a directory may not share a
+# name; writing "/memories" is still tried by every layer and refused.
 SEEDS = ["/memories/AGENTS.md", "/skills/s/SKILL.md", "/notes/seed.md"]
 
 
@@ -284,7 +284,7 @@ def _diff(before: dict[Any, Any], after: dict[Any, Any]) -> set[Any]:
 
 
 def _clashes(rows: dict[tuple[str, str, str], Any], tenant: str, agent: str, path: str) -> bool:
-    """True when ``path`` would share its name with a file or directory there (issue 10)."""
+    """True when ``path`` would share its name with a file or directory there."""
     ancestors = {path[:i] for i in range(1, len(path)) if path[i] == "/"}
     return any(t == tenant and a == agent and (p in ancestors or p.startswith(path + "/"))
                for t, a, p in rows)

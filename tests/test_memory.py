@@ -180,7 +180,7 @@ def test_memory_state_is_private_to_the_middleware(backend: PostgresBackend, db:
     assert ctx.state(mw.key).loaded == [("/memories/AGENTS.md", "private")]
 
 
-# --- framing that file content cannot break (issue 10, point 9) ------------------------------
+# --- framing that file content cannot break ------------------------------
 
 # What a reader takes for the start of the frame's tag: "<", then "memory" or "/memory".
 TAG = re.compile(r"<[\s\u00ad\u200b-\u200f\u2060\ufeff]*/?[\s\u00ad\u200b-\u200f\u2060\ufeff]*"
@@ -302,7 +302,7 @@ def test_the_ignorable_ranges_are_unicodes() -> None:
         + ", ".join(f"(0x{a:04X}, 0x{b:04X})" for a, b in derived))
 
 
-# --- the words over the cap: "truncated" only for the source actually cut (issue 16, point 8) --
+# --- the words over the cap: "truncated" only for the source actually cut --
 
 
 def test_a_source_left_out_whole_is_not_called_truncated(db: Database, tenant: str, stacks: Stacks) -> None:

@@ -417,7 +417,7 @@ def test_slow_backend_does_not_slow_the_run(receiver: Receiver) -> None:
     assert len(receiver.spans()) == len(EXPECTED_SPANS)
 
 
-# --- issue 15: OTEL_* per signal, flush() failures, Langfuse through its SDK --------------------
+# --- OTEL_* per signal, flush() failures, Langfuse through its SDK --------------------
 def test_otlp_honours_per_signal_variables(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # unused
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.base + "/phoenix/v1/traces")

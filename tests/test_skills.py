@@ -232,7 +232,7 @@ def test_the_scan_itself_is_bounded_by_the_cap(backend: PostgresBackend, stacks:
                for w in ctx.warnings)
 
 
-# --- the index has a size budget (issue 10, point 9) ------------------------------------------
+# --- the index has a size budget ------------------------------------------
 
 
 def test_index_budget_leaves_out_skills_in_name_order_with_one_warning(
@@ -266,7 +266,7 @@ def test_index_budget_counts_the_rendered_bytes(backend: PostgresBackend, db: Da
             "first skills by name that fit): c") in result.warnings
 
 
-# --- warnings that say what happened (issue 16, point 8) --------------------------------------
+# --- warnings that say what happened --------------------------------------
 
 
 def test_a_name_that_differs_from_its_folder_warns_and_is_indexed(backend: PostgresBackend,

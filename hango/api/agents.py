@@ -2,7 +2,7 @@
 
 Any role reads the agents of its tenant and their config; an owner or admin creates or replaces
 a config (:data:`hango.fs.path.WRITERS`); only an owner sets the tenant's defaults (every role
-reads them), and lists, creates and revokes tokens, only in its own tenant (issue 10.7: the SQL
+reads them), and lists, creates and revokes tokens, only in its own tenant (the SQL
 functions check the caller's token again).
 """
 
@@ -139,7 +139,7 @@ def put_defaults(request: Request, principal: Annotated[Principal, Depends(_prin
         _db(request), principal.tenant_id, body.model_dump()))
 
 
-# --- tokens: an owner's own tenant (issue 10.7) ------------------------------------------------
+# --- tokens: an owner's own tenant --------------------------------------------------------------
 
 
 class TokenOut(BaseModel):

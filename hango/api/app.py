@@ -21,7 +21,7 @@ The contract, in the order a request is checked:
 - ``HEAD`` works wherever ``GET`` does: the same status and headers, no body.
 - The database being unreachable is ``503``. Every error body is ``{"detail": "..."}``.
 
-Bounds (issue 10):
+Bounds:
 
 - No file is larger than ``HANGO_MAX_FILE_BYTES``: a PUT body over it (from Content-Length, or
   counted as it arrives) or a PATCH whose result would exceed it is ``413`` naming the cap and

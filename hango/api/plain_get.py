@@ -1,4 +1,4 @@
-"""A plain GET of a file in one round trip: the files API's hot path (issue 14).
+"""A plain GET of a file in one round trip: the files API's hot path.
 
 ``GET /v1/agents/{agent_id}/files/{path}`` with no query and no body is what clients send most.
 :class:`hango.api.deps.Authenticate`, which checks every token anyway, answers it itself: one

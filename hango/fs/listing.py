@@ -1,6 +1,6 @@
 """Listings in keyset pages: a directory's children (``ls``) and a pattern's matches (``glob``).
 
-Nothing here is unbounded (issue 10): a listing comes in :class:`Page` s of at most
+Nothing here is unbounded: a listing comes in :class:`Page` s of at most
 ``HANGO_LIST_PAGE_MAX`` entries, each page holding an opaque cursor to the next. A cursor names
 the last path of its page, never an offset, so a page costs the same index probes wherever it
 starts. Each function takes the :class:`~hango.fs.files.Namespace` it lists.
