@@ -323,7 +323,14 @@ def test_one_protocol_round_trip_unchanged_and_one_after_a_change(db: Database,
     backend.write("/skills/s/SKILL.md", skill("s", "two"))
     assert round_trips(db, lambda: runs.append(before_run(cached=True))) == 1
     trace = perf.trace_of(runs[-1])
-    assert (trace.built, trace.replayed) == (["skills", "memory"], [])  # one counter an agent
+    # a counter for skills and one for memory: a skill edit re-sends no memory
+    assert (trace.built, trace.replayed) == (["skills"], ["memory"])
+    assert trace.received == {"skills": 1, "memory": 0}  # the changed head alone
+    backend.write("/memories/AGENTS.md", "note two")
+    assert round_trips(db, lambda: runs.append(before_run(cached=True))) == 1
+    trace = perf.trace_of(runs[-1])
+    assert (trace.built, trace.replayed) == (["memory"], ["skills"])
+    assert trace.received == {"skills": 0, "memory": 1}  # a memory edit: no skill head
     assert round_trips(db, lambda: before_run(cached=False)) > 2  # plain: a transaction a read
 
 
@@ -460,7 +467,8 @@ def test_a_whole_run_is_one_round_trip_and_two_with_its_row(db: Database, tenant
     backend.write("/skills/s/SKILL.md", skill("s", "two"))  # a change: still one
     assert round_trips(db, lambda: results.append(agent.run("hi"))) == 1
     assert "two" in system(results[-1])
-    assert traced.last.prefetched and traced.last.built == ["skills", "memory"]
+    assert traced.last.prefetched and traced.last.built == ["skills"]
+    assert traced.last.received == {"skills": 1, "memory": 0}  # the changed head, with the config
     assert round_trips(db, lambda: record(agent, agent.run("hi"), settings)) == 2
     row = agent_runs.load(db, tenant, agent_runs.list_runs(db, tenant, "a1")[0]["run_id"])
     assert row["status"] == "done" and len(prompts.load(db, tenant, row["run_id"])) == 1
