@@ -105,12 +105,15 @@ STEPS: tuple[Step, ...] = (
             IF EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
                         WHERE a.attrelid = pg_catalog.to_regclass('public.agent_changes')
                           AND a.attname = 'counter' AND NOT a.attisdropped) THEN
-                ALTER TABLE public.agent_changes RENAME COLUMN counter TO memories;
-                ALTER TABLE public.agent_changes ADD COLUMN skills bigint,
+                ALTER TABLE public.agent_changes ADD COLUMN memories bigint,
+                                                 ADD COLUMN skills bigint,
                                                  ADD COLUMN skills_since bigint;
-                UPDATE public.agent_changes SET skills = memories, skills_since = memories;
-                ALTER TABLE public.agent_changes ALTER COLUMN skills SET NOT NULL,
-                                                 ALTER COLUMN skills_since SET NOT NULL;
+                UPDATE public.agent_changes
+                   SET memories = counter, skills = counter, skills_since = counter;
+                ALTER TABLE public.agent_changes ALTER COLUMN memories SET NOT NULL,
+                                                 ALTER COLUMN skills SET NOT NULL,
+                                                 ALTER COLUMN skills_since SET NOT NULL,
+                                                 DROP COLUMN counter;
             END IF;
         END
         $$"""),
