@@ -16,6 +16,7 @@ deltas the database keeps, a source over its cap, too many changes) it is the fu
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -99,10 +100,20 @@ def delta_of(declared: Read, kept: Sequence[FileData] | None,
         return None
     assert declared.max_per_dir is not None
     directories = tuple(dict.fromkeys(clean_dir(d) for d in declared.directories))
-    for d in directories:
-        if sum(1 for f in kept if f.path.startswith(d)) >= declared.max_per_dir:
-            return None  # the source's scan stopped at its limit: there may be more
+    if any(_under(kept, d) >= declared.max_per_dir for d in directories):
+        return None  # the source's scan stopped at its limit: there may be more
     return Delta(tuple(kept), directories, declared.max_per_dir, full)
+
+
+def _path(f: FileData) -> str:
+    return f.path
+
+
+def _under(rows: Sequence[FileData], directory: str) -> int:
+    """How many of ``rows`` (sorted by path) are under ``directory`` (which ends with ``/``):
+    the paths from ``directory`` up to ``directory[:-1] + "0"``, as the scan's range."""
+    return (bisect.bisect_left(rows, directory[:-1] + "0", key=_path)
+            - bisect.bisect_left(rows, directory, key=_path))
 
 
 def gated(declared: Read, ns: dict[str, Any], known: int | None,
@@ -232,15 +243,19 @@ def _merged(where: Namespace, read: Gated, delta: Delta,
     changed = [r for r in found if r[2] is not None]
     if len(changed) >= delta.per_dir:
         return None
-    merged = {f.path: f for f in delta.kept}
-    for r in found:
-        if r[2] is None:
-            merged.pop(r[0], None)
-    merged.update((f.path, f) for f in where.decoded(changed, lenient=True))
-    out = sorted(merged.values(), key=lambda f: f.path)
-    for d in delta.directories:
-        if sum(1 for f in out if f.path.startswith(d)) > delta.per_dir:
-            return None
+    out = list(delta.kept)  # sorted by path; each change found by bisection
+    for path in (str(r[0]) for r in found if r[2] is None):
+        at = bisect.bisect_left(out, path, key=_path)
+        if at < len(out) and out[at].path == path:
+            del out[at]
+    for f in where.decoded(changed, lenient=True):
+        at = bisect.bisect_left(out, f.path, key=_path)
+        if at < len(out) and out[at].path == f.path:
+            out[at] = f
+        else:
+            out.insert(at, f)
+    if any(_under(out, d) > delta.per_dir for d in delta.directories):
+        return None
     return out
 
 

@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 class Trace:
     """What the cached stack did in one run: for the parity test and the benches."""
 
-    round_trips: int = 0  # its own: 0 when the reads came with the config (prefetched)
+    round_trips: int = 0  # its own: 0 when the reads came with the config (prefetched), one
+    # more when a delta fell back to the full scan
     prefetched: bool = False
     replayed: list[str] = field(default_factory=list)  # hook names, in chain order
     built: list[str] = field(default_factory=list)
@@ -198,6 +199,7 @@ class CachedStack(Stack):
                     for _, reads, built in plans.values() for i, r in enumerate(reads)]
             results = read_if_changed(backend, sent)
             trace.round_trips += 1
+        trace.round_trips += any(len(g.sent) > 1 for g in sent)  # a delta's fall back
         fetched, counted = iter(results), iter(sent)
         plan: list[Planned] = []
         for mw, kind in zip(self.middlewares, self.kinds, strict=True):
