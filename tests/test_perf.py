@@ -429,10 +429,12 @@ def test_the_delta_gives_the_plain_run_through_changes_deletes_renames_and_the_c
     fs.write("/skills/e/SKILL.md", skill("e", "E"))
     step(2)  # four in /skills/ now: over the cap, the warning says so
     assert any("more than HANGO_SKILLS_MAX=3" in w for w in start(db, tenant, False, 3)[0][1])
-    fs.write("/skills/d/SKILL.md", skill("d", "changed"))
+    fs.write("/skills/z/SKILL.md", skill("z", "Z"))
     step(4)  # the kept rows reached the scan's limit: there may be more, every head again
-    fs.delete("/skills/e/SKILL.md")
     fs.delete("/skills/d/SKILL.md")
+    step(4)  # a delete inside the scan's window lets z in, which no delta would say
+    fs.delete("/skills/e/SKILL.md")
+    fs.delete("/skills/z/SKILL.md")
     step(2)  # two left in /skills/ (a and team/c): every head, the kept rows were at the limit
     for name in ("f", "g", "h"):  # one transaction each; three new heads at once would be over
         fs.write(f"/skills/{name}/SKILL.md", skill(name, name.upper()))
