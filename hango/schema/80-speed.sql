@@ -33,9 +33,9 @@ CREATE POLICY tenant_isolation ON agent_changes
 REVOKE ALL ON agent_changes FROM hango_app;
 GRANT SELECT ON agent_changes TO hango_app;
 
--- The SKILL.md paths deleted (or moved away) since, with the `skills` value of their deletion; a
--- path written again leaves. At most 256 an agent: the 257th empties them and moves
--- `skills_since` (a cache older than that reads everything once).
+-- The SKILL.md paths deleted (or moved away), with the `skills` value of their last deletion (a
+-- path written again stays: its row's newer `changed` says it is back). At most 256 an agent: the
+-- 257th empties them and moves `skills_since` (a cache older than that reads everything once).
 CREATE TABLE IF NOT EXISTS agent_skill_deletions (
     tenant_id text NOT NULL,
     agent_id  text NOT NULL,
@@ -59,19 +59,27 @@ CREATE INDEX IF NOT EXISTS agent_files_changed ON agent_files (tenant_id, agent_
 
 -- One change under `path`'s prefix: its counter moved (the row made if missing), the new value
 -- returned; NULL for an agent being deleted (its files go by cascade, and its counters with them).
+-- Called only by the trigger below, as the owner (no PUBLIC execute; neither SECURITY DEFINER nor
+-- its own search_path: each costs a setting saved and restored per row written).
 CREATE OR REPLACE FUNCTION hango_change(t text, a text, path text) RETURNS bigint
-    LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+    LANGUAGE plpgsql  -- not sql: PL/pgSQL keeps its plan between rows
     AS $$
+DECLARE
+    value bigint;
+BEGIN
     INSERT INTO public.agent_changes AS c (tenant_id, agent_id, memories, skills, skills_since)
-        SELECT t, a, n.v, n.v, n.v FROM (SELECT pg_catalog.nextval('public.agent_changes_seq') AS v) n
+        SELECT t, a, n.v, n.v, n.v
+          FROM (SELECT pg_catalog.nextval('public.agent_changes_seq') AS v) n
          WHERE EXISTS (SELECT 1 FROM public.agents g WHERE g.tenant_id = t AND g.agent_id = a)
     ON CONFLICT (tenant_id, agent_id) DO UPDATE SET  -- evaluated under the row's lock
-        memories = CASE WHEN path LIKE '/memories/%' THEN pg_catalog.nextval('public.agent_changes_seq')
-                        ELSE c.memories END,
-        skills = CASE WHEN path LIKE '/skills/%' THEN pg_catalog.nextval('public.agent_changes_seq')
-                      ELSE c.skills END
-    RETURNING CASE WHEN path LIKE '/skills/%' THEN c.skills ELSE c.memories END
-    $$;
+        memories = CASE WHEN path LIKE '/memories/%'
+                        THEN pg_catalog.nextval('public.agent_changes_seq') ELSE c.memories END,
+        skills = CASE WHEN path LIKE '/skills/%'
+                      THEN pg_catalog.nextval('public.agent_changes_seq') ELSE c.skills END
+    RETURNING CASE WHEN path LIKE '/skills/%' THEN c.skills ELSE c.memories END INTO value;
+    RETURN value;
+END
+$$;
 REVOKE ALL ON FUNCTION hango_change(text, text, text) FROM PUBLIC;
 
 -- SECURITY DEFINER: the app role fires it but may only READ agent_changes and
@@ -113,8 +121,6 @@ BEGIN
         value := public.hango_change(NEW.tenant_id, NEW.agent_id, NEW.path);
         IF NEW.path LIKE '/skills/%' THEN
             NEW.changed := value;
-            DELETE FROM public.agent_skill_deletions
-             WHERE tenant_id = NEW.tenant_id AND agent_id = NEW.agent_id AND path = NEW.path;
         END IF;
     END IF;
     RETURN NEW;
