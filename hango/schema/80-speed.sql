@@ -52,10 +52,12 @@ REVOKE ALL ON agent_skill_deletions FROM hango_app;
 GRANT SELECT ON agent_skill_deletions TO hango_app;
 
 -- The `skills` value of a row's last write under /skills/ (NULL elsewhere, and for rows written
--- before this column existed: older than any `skills_since`), and the index a delta reads by.
+-- before this column existed: older than any `skills_since`), and the index a delta reads by:
+-- SKILL.md rows alone, so that even a generic plan (which guesses a third of the rows for
+-- `changed > $n`) prefers it to a scan of every SKILL.md.
 ALTER TABLE agent_files ADD COLUMN IF NOT EXISTS changed bigint;
-CREATE INDEX IF NOT EXISTS agent_files_changed ON agent_files (tenant_id, agent_id, changed)
-    WHERE changed IS NOT NULL;
+CREATE INDEX IF NOT EXISTS agent_files_skill_md_changed ON agent_files (tenant_id, agent_id, changed)
+    WHERE changed IS NOT NULL AND path LIKE '%/SKILL.md';
 
 -- One change under `path`'s prefix: its counter moved (the row made if missing), the new value
 -- returned; NULL for an agent being deleted (its files go by cascade, and its counters with them).
