@@ -444,6 +444,50 @@ def test_the_delta_gives_the_plain_run_through_changes_deletes_renames_and_the_c
     step(1, sources=["/skills/team/"])
 
 
+SKILL_PATHS = ["/skills/a/SKILL.md", "/skills/b/SKILL.md", "/skills/team/c/SKILL.md",
+               "/skills/team/d/SKILL.md", "/skills/z/SKILL.md", "/notes/e/SKILL.md"]
+edits = st.lists(st.tuples(st.sampled_from(["write", "delete", "move", "pair", "reference"]),
+                           st.sampled_from(SKILL_PATHS), st.sampled_from(SKILL_PATHS)),
+                 min_size=1, max_size=8)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=edits, cap=st.sampled_from([1, 2, 3, 8]),
+       sources=st.sampled_from([None, ["/skills/", "/skills/team/"], ["/skills/team/", "/skills/"]]))
+def test_after_any_edits_the_delta_is_the_full_scan(
+        db: Database, steps: list[tuple[str, str, str]], cap: int,
+        sources: list[str] | None) -> None:
+    """Writes (one or two between runs), deletes, moves (in, out and across overlapping sources)
+    and reference files, in any order, against caps the edits cross: after each, the cached run
+    equals the plain one."""
+    tenant = create_tenant(db, "delta-" + uuid.uuid4().hex[:10])
+    save_agent(db, tenant, "a1", AgentConfig())
+    fs = PostgresBackend(db, tenant, "a1")
+    for path in SKILL_PATHS[:3]:  # at a cap of 1 or 2, a source's scan starts at its limit
+        fs.write(path, skill(path.rsplit("/", 2)[-2], "first"))
+    start(db, tenant, True, cap, sources)
+    for i, (op, path, other) in enumerate(steps):
+        folder = path.rsplit("/", 2)[-2]
+        with contextlib.suppress(FileNotFound):
+            if op == "write":
+                fs.write(path, skill(folder, f"edit {i}"))
+            elif op == "delete":
+                fs.delete(path)
+            elif op == "pair":  # two heads between two runs
+                fs.write(path, skill(folder, f"edit {i}"))
+                fs.write(other, skill(other.rsplit("/", 2)[-2], f"edit {i}"))
+            elif op == "move" and path != other:
+                with db.admin() as conn:
+                    conn.execute("DELETE FROM agent_files WHERE tenant_id = %s AND path = %s",
+                                 [tenant, other])
+                move(db, tenant, path, other)
+            else:
+                fs.write(path.replace("SKILL.md", "ref.md"), f"reference {i}")
+        cached, trace = start(db, tenant, True, cap, sources)
+        assert cached == start(db, tenant, False, cap, sources)[0], (op, path, other)
+        assert trace is not None and trace.round_trips <= 2
+
+
 def test_a_delta_never_starts_before_what_the_database_kept(db: Database, tenant: str) -> None:
     """The agent deleted and created again (its files and deletions gone by cascade, no path
     recorded), or more deletions than the database keeps: the cached run reads every head."""
