@@ -52,7 +52,7 @@ from hango.fs.backend import PostgresBackend
 from hango.fs.files import read
 from hango.perf.cache import ParseMemo
 from hango.perf.stack import CachedStack, entry_key
-from hango.settings import get_settings
+from hango.settings import load_settings
 from hango.telemetry import Telemetry
 
 
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     print("load:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    db = Database(get_settings())
+    db = Database(load_settings(database_name="hango_bench"))  # never the course's data
     tenant = create_tenant(db, "bench-change-" + uuid.uuid4().hex[:8])
     try:
         run(db, tenant, args.skills, args.rounds)
