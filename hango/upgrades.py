@@ -96,6 +96,27 @@ STEPS: tuple[Step, ...] = (
         ALTER TABLE IF EXISTS public.tenants
             ADD COLUMN IF NOT EXISTS defaults jsonb NOT NULL DEFAULT '{}'"""),
     Step("learner-checks"),  # each seat's exercise checks on a shared server (70-course.sql)
+    # A counter for memory and one for skills (a memory edit re-sends no skill head), and what a
+    # skills delta reads (agent_skill_deletions, agent_files.changed: 80-speed.sql). The one
+    # counter becomes both, so every cache made before reads everything once.
+    Step("split-change-counters", """
+        DO $$
+        BEGIN
+            IF EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                        WHERE a.attrelid = pg_catalog.to_regclass('public.agent_changes')
+                          AND a.attname = 'counter' AND NOT a.attisdropped) THEN
+                ALTER TABLE public.agent_changes ADD COLUMN memories bigint,
+                                                 ADD COLUMN skills bigint,
+                                                 ADD COLUMN skills_since bigint;
+                UPDATE public.agent_changes
+                   SET memories = counter, skills = counter, skills_since = counter;
+                ALTER TABLE public.agent_changes ALTER COLUMN memories SET NOT NULL,
+                                                 ALTER COLUMN skills SET NOT NULL,
+                                                 ALTER COLUMN skills_since SET NOT NULL,
+                                                 DROP COLUMN counter;
+            END IF;
+        END
+        $$"""),
 )
 
 # Tables and columns a database of the baseline release has; one lacking any is older still.

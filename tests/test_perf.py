@@ -26,7 +26,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from parity import Stacks
+from parity import Stacks, seen
 from test_skills import block, skill_file, skills_span
 
 from hango import perf, prompts
@@ -323,8 +323,196 @@ def test_one_protocol_round_trip_unchanged_and_one_after_a_change(db: Database,
     backend.write("/skills/s/SKILL.md", skill("s", "two"))
     assert round_trips(db, lambda: runs.append(before_run(cached=True))) == 1
     trace = perf.trace_of(runs[-1])
-    assert (trace.built, trace.replayed) == (["skills", "memory"], [])  # one counter an agent
+    # a counter for skills and one for memory: a skill edit re-sends no memory
+    assert (trace.built, trace.replayed) == (["skills"], ["memory"])
+    assert trace.received == {"skills": 1, "memory": 0}  # the changed head alone
+    backend.write("/memories/AGENTS.md", "note two")
+    assert round_trips(db, lambda: runs.append(before_run(cached=True))) == 1
+    trace = perf.trace_of(runs[-1])
+    assert (trace.built, trace.replayed) == (["memory"], ["skills"])
+    assert trace.received == {"skills": 0, "memory": 1}  # a memory edit: no skill head
     assert round_trips(db, lambda: before_run(cached=False)) > 2  # plain: a transaction a read
+
+
+# --- a change costs what changed: two counters, and a delta of the skills' heads -------------------
+
+def insert_skills(db: Database, tenant: str, count: int) -> None:
+    """``count`` skills of agent a1 (``/skills/s00001/SKILL.md`` ...) in ONE statement, as
+    notebook 03 makes its archive: the files API would need a request each."""
+    with db.tenant(tenant) as conn:
+        conn.execute(
+            """INSERT INTO agent_files (tenant_id, agent_id, path, content, size)
+               SELECT %(t)s, 'a1', format('/skills/s%%s/SKILL.md', lpad(g::text, 5, '0')),
+                      body, octet_length(body)
+                 FROM generate_series(1, %(n)s) AS g,
+                      convert_to(format(E'---\\nname: s%%s\\ndescription: Skill %%s.\\n---\\n',
+                                        lpad(g::text, 5, '0'), g), 'UTF8') AS body""",
+            {"t": tenant, "n": count})
+
+
+def start(db: Database, tenant: str, cached: bool, max_skills: int,
+          sources: list[str] | None = None) -> tuple[Any, perf.Trace | None]:
+    """One before_run of a1 (skills within ``max_skills``, the index budget raised to hold
+    them all, and memory) on the cached or the plain stack: what the run shows, and the trace."""
+    config = load_agent(db, tenant, "a1")
+    assert config is not None
+    ctx = RunContext(tenant, "a1", config, PostgresBackend(db, tenant, "a1"), "run",
+                     frozenset(config.tools), Telemetry())
+    stack = (CachedStack if cached else Stack)([
+        SkillsMiddleware(sources, max_skills=max_skills, index_max_bytes=1 << 22),
+        MemoryMiddleware()])
+    stack.before_run(ctx)
+    return seen(stack, ctx), perf.trace_of(ctx) if cached else None
+
+
+@pytest.mark.parametrize("count", [100, 10_000])
+def test_one_changed_skill_re_sends_one_head_and_a_memory_edit_none(
+        db: Database, tenant: str, count: int) -> None:
+    """At the default cap (100) and with the cap raised to 10,000: one SKILL.md changed, and
+    the database sends that head alone (every other head comes from the rows the cache kept);
+    a memory edit sends no skill head at all. The run equals the plain stack's."""
+    save_agent(db, tenant, "a1", AgentConfig())
+    insert_skills(db, tenant, count)
+    backend = PostgresBackend(db, tenant, "a1")
+    backend.write("/memories/AGENTS.md", "note")
+    first, trace = start(db, tenant, True, count)
+    assert trace is not None and trace.received == {"skills": count, "memory": 1}
+    backend.write("/skills/s00007/SKILL.md", skill("s00007", "changed"))
+    changed, trace = start(db, tenant, True, count)
+    assert trace is not None and trace.received == {"skills": 1, "memory": 0}
+    assert trace.round_trips == 1 and trace.built == ["skills"]
+    assert changed == start(db, tenant, False, count)[0] != first
+    assert "s00007 — changed".encode() in changed[0]
+    backend.write("/memories/AGENTS.md", "note two")
+    edited, trace = start(db, tenant, True, count)
+    assert trace is not None and trace.received == {"skills": 0, "memory": 1}
+    assert trace.replayed == ["skills"] and edited == start(db, tenant, False, count)[0]
+
+
+def move(db: Database, tenant: str, old: str, new: str) -> None:
+    """A file's path changed in place (plain SQL, as the superuser: an UPDATE, no delete)."""
+    with db.admin() as conn:
+        conn.execute("UPDATE agent_files SET path = %s WHERE tenant_id = %s AND agent_id = 'a1'"
+                     " AND path = %s", [new, tenant, old])
+
+
+def test_the_delta_gives_the_plain_run_through_changes_deletes_renames_and_the_cap(
+        db: Database, tenant: str) -> None:
+    """Each step changes the skills, then the cached run (which reads only the delta where it
+    can prove it equal, else every head) must show what the plain run shows; the heads the
+    database sent say which it did. The cap is 3: a source's scan reads at most 4 heads."""
+    save_agent(db, tenant, "a1", AgentConfig())
+    fs = PostgresBackend(db, tenant, "a1")
+    for name in ("a", "b"):
+        fs.write(f"/skills/{name}/SKILL.md", skill(name, name.upper()))
+    fs.write("/skills/team/c/SKILL.md", skill("c", "C"))
+
+    def step(sent: int, trips: int = 1, sources: list[str] | None = None) -> None:
+        cached, trace = start(db, tenant, True, 3, sources)
+        assert cached == start(db, tenant, False, 3, sources)[0]
+        assert trace is not None
+        assert (trace.received["skills"], trace.round_trips) == (sent, trips)
+
+    step(3)  # cold: every head
+    fs.write("/skills/a/SKILL.md", skill("a", "changed"))
+    step(1)  # a change: that head
+    fs.delete("/skills/b/SKILL.md")
+    step(0)  # a delete: its path only
+    move(db, tenant, "/skills/a/SKILL.md", "/skills/a2/SKILL.md")
+    step(1)  # a rename: the new path's head
+    move(db, tenant, "/skills/a2/SKILL.md", "/notes/a2/SKILL.md")
+    step(0)  # moved out of the source
+    fs.write("/skills/a/SKILL.md", skill("a", "back"))  # a deleted path written again
+    fs.write("/skills/a/ref.md", "a reference file")  # under /skills/, not a head
+    step(1)
+    fs.write("/skills/d/SKILL.md", skill("d", "D"))
+    fs.write("/skills/e/SKILL.md", skill("e", "E"))
+    step(2)  # four in /skills/ now: over the cap, the warning says so
+    assert any("more than HANGO_SKILLS_MAX=3" in w for w in start(db, tenant, False, 3)[0][1])
+    fs.write("/skills/z/SKILL.md", skill("z", "Z"))
+    step(4)  # the kept rows reached the scan's limit: there may be more, every head again
+    fs.delete("/skills/d/SKILL.md")
+    step(4)  # a delete inside the scan's window lets z in, which no delta would say
+    fs.delete("/skills/e/SKILL.md")
+    fs.delete("/skills/z/SKILL.md")
+    step(2)  # two left in /skills/ (a and team/c): every head, the kept rows were at the limit
+    for name in ("f", "g", "h"):  # one transaction each; three new heads at once would be over
+        fs.write(f"/skills/{name}/SKILL.md", skill(name, name.upper()))
+    step(3 + 4, trips=2)  # the merge is over the limit: not provable, the full scan too
+    step(1, sources=["/skills/team/"])  # the sources changed: another build, cold
+    fs.write("/skills/team/c/SKILL.md", skill("c", "changed"))
+    step(1, sources=["/skills/team/"])
+
+
+SKILL_PATHS = ["/skills/a/SKILL.md", "/skills/b/SKILL.md", "/skills/team/c/SKILL.md",
+               "/skills/team/d/SKILL.md", "/skills/z/SKILL.md", "/notes/e/SKILL.md"]
+edits = st.lists(st.tuples(st.sampled_from(["write", "delete", "move", "pair", "reference"]),
+                           st.sampled_from(SKILL_PATHS), st.sampled_from(SKILL_PATHS)),
+                 min_size=1, max_size=8)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=edits, cap=st.sampled_from([1, 2, 3, 8]),
+       sources=st.sampled_from([None, ["/skills/", "/skills/team/"], ["/skills/team/", "/skills/"]]))
+def test_after_any_edits_the_delta_is_the_full_scan(
+        db: Database, steps: list[tuple[str, str, str]], cap: int,
+        sources: list[str] | None) -> None:
+    """Writes (one or two between runs), deletes, moves (in, out and across overlapping sources)
+    and reference files, in any order, against caps the edits cross: after each, the cached run
+    equals the plain one."""
+    tenant = create_tenant(db, "delta-" + uuid.uuid4().hex[:10])
+    save_agent(db, tenant, "a1", AgentConfig())
+    fs = PostgresBackend(db, tenant, "a1")
+    for path in SKILL_PATHS[:3]:  # at a cap of 1 or 2, a source's scan starts at its limit
+        fs.write(path, skill(path.rsplit("/", 2)[-2], "first"))
+    start(db, tenant, True, cap, sources)
+    for i, (op, path, other) in enumerate(steps):
+        folder = path.rsplit("/", 2)[-2]
+        with contextlib.suppress(FileNotFound):
+            if op == "write":
+                fs.write(path, skill(folder, f"edit {i}"))
+            elif op == "delete":
+                fs.delete(path)
+            elif op == "pair":  # two heads between two runs
+                fs.write(path, skill(folder, f"edit {i}"))
+                fs.write(other, skill(other.rsplit("/", 2)[-2], f"edit {i}"))
+            elif op == "move" and path != other:
+                with db.admin() as conn:
+                    conn.execute("DELETE FROM agent_files WHERE tenant_id = %s AND path = %s",
+                                 [tenant, other])
+                move(db, tenant, path, other)
+            else:
+                fs.write(path.replace("SKILL.md", "ref.md"), f"reference {i}")
+        cached, trace = start(db, tenant, True, cap, sources)
+        assert cached == start(db, tenant, False, cap, sources)[0], (op, path, other)
+        assert trace is not None and trace.round_trips <= 2
+
+
+def test_a_delta_never_starts_before_what_the_database_kept(db: Database, tenant: str) -> None:
+    """The agent deleted and created again (its files and deletions gone by cascade, no path
+    recorded), or more deletions than the database keeps: the cached run reads every head."""
+    save_agent(db, tenant, "a1", AgentConfig())
+    fs = PostgresBackend(db, tenant, "a1")
+    fs.write("/skills/a/SKILL.md", skill("a", "A"))
+    fs.write("/skills/b/SKILL.md", skill("b", "B"))
+    start(db, tenant, True, 100)
+    with db.admin(tenant) as conn:
+        conn.execute("DELETE FROM agents WHERE tenant_id = %s AND agent_id = 'a1'", [tenant])
+    save_agent(db, tenant, "a1", AgentConfig())
+    fs.write("/skills/c/SKILL.md", skill("c", "C"))
+    cached, trace = start(db, tenant, True, 100)
+    assert cached == start(db, tenant, False, 100)[0] and b"(/skills/a/" not in cached[0]
+    assert trace is not None and trace.received["skills"] == 1 and trace.round_trips == 1
+    insert_skills(db, tenant, 300)
+    start(db, tenant, True, 1000)
+    with db.tenant(tenant) as conn:  # 300 deletions: the database keeps at most 256 paths
+        conn.execute("DELETE FROM agent_files WHERE tenant_id = %s AND path LIKE '/skills/s%%'",
+                     [tenant])
+        kept = conn.execute("SELECT count(*) FROM agent_skill_deletions").fetchone()
+    assert kept is not None and kept[0] <= 256
+    cached, trace = start(db, tenant, True, 1000)
+    assert cached == start(db, tenant, False, 1000)[0]
+    assert trace is not None and trace.received["skills"] == 1  # c alone, read in full
 
 
 # --- the heads cut at write time -----------------------------------------------------------------
@@ -460,7 +648,8 @@ def test_a_whole_run_is_one_round_trip_and_two_with_its_row(db: Database, tenant
     backend.write("/skills/s/SKILL.md", skill("s", "two"))  # a change: still one
     assert round_trips(db, lambda: results.append(agent.run("hi"))) == 1
     assert "two" in system(results[-1])
-    assert traced.last.prefetched and traced.last.built == ["skills", "memory"]
+    assert traced.last.prefetched and traced.last.built == ["skills"]
+    assert traced.last.received == {"skills": 1, "memory": 0}  # the changed head, with the config
     assert round_trips(db, lambda: record(agent, agent.run("hi"), settings)) == 2
     row = agent_runs.load(db, tenant, agent_runs.list_runs(db, tenant, "a1")[0]["run_id"])
     assert row["status"] == "done" and len(prompts.load(db, tenant, row["run_id"])) == 1

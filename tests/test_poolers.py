@@ -63,9 +63,9 @@ MISSING = pgbouncer_stack.missing()
 needs_pgbouncer = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 # Every table under row-level security, and a query that counts, with no WHERE clause, the
 # rows of each that belong to another tenant than ``%(me)s``.
-TENANT_TABLES = ("tenants", "agents", "agent_files", "tenant_usage", "agent_changes", "runs",
-                 "proposals", "run_calls", "agent_file_versions", "run_prompts",
-                 "learner_checks")
+TENANT_TABLES = ("tenants", "agents", "agent_files", "tenant_usage", "agent_changes",
+                 "agent_skill_deletions", "runs", "proposals", "run_calls",
+                 "agent_file_versions", "run_prompts", "learner_checks")
 FOREIGN = "SELECT current_user, " + " + ".join(
     f"(SELECT count(*) FROM {t} WHERE tenant_id <> %(me)s)" for t in TENANT_TABLES) + \
     ", (SELECT count(*) FROM agent_files)"

@@ -21,7 +21,7 @@ from hango.agents import RUN_CONFIG_QUERY, run_config
 from hango.db import Database
 from hango.perf.cache import CACHE, BuildCache
 from hango.perf.gated import gated, statement
-from hango.perf.stack import CachedStack, Prefetched, cached_stack, entry_key
+from hango.perf.stack import CachedStack, Prefetched, cached_stack, entry_key, known
 from hango.perf.trip import one_trip
 
 
@@ -36,7 +36,10 @@ def prefetch(db: Database, tenant_id: str, agent_id: str, reserved_writes: str,
     entry = cache.entry(entry_key(db, tenant_id, agent_id))
     plan = entry.plan
     ns = {"t": tenant_id, "a": agent_id}
-    reads = [gated(r, ns, p.counter) for p in plan for r in p.reads]
+    builds = [cache.get(entry, p.key) for p in plan]
+    reads = [gated(r, ns, p.counter, known(b, i)[1] if b is not None and b.counter == p.counter
+                   else None)
+             for p, b in zip(plan, builds, strict=True) for i, r in enumerate(p.reads)]
     rowsets = one_trip(db, tenant_id, [(RUN_CONFIG_QUERY, ns), *map(statement, reads)])
     if not rowsets[0]:
         return None

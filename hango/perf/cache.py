@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from hango.agent.hooks import Event, RunContext, log
 from hango.agent_config import AgentConfig
-from hango.fs.files import Read
+from hango.fs.files import FileData, Read
 
 BUILDS_PER_AGENT = 4
 DEFAULT_AGENTS = 128
@@ -34,6 +34,9 @@ class Built:
     warnings: tuple[str, ...]
     events: tuple[Event, ...]
     published: tuple[tuple[str, Any], ...]  # ctx.attributes it set or changed, by name
+    # the rows each read gave the build, kept for the reads a delta can follow (the skills
+    # scan; None for the others): hango.perf.gated.delta_of
+    kept: tuple[tuple[FileData, ...] | None, ...] = ()
 
 
 def _fields(state: Any) -> dict[str, Any]:

@@ -12,6 +12,7 @@ the request and the wrapper chains over each middleware class's protocols, check
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from hango.fs.files import FileData, Namespace, Read, read
 from hango.models.base import Block, Breakpoint, Message, Request, ToolCall, ToolResult
 from hango.perf.backend import OneTripBackend
 from hango.perf.cache import CACHE, BuildCache, Built, ParseMemo, Planned, Recording, replay
-from hango.perf.gated import Gated, gated, read_if_changed
+from hango.perf.gated import Gated, gated, is_skill_head, read_if_changed
 from hango.perf.gated import results as gated_results
 from hango.telemetry import ATTR_SKILLS_PARSED
 
@@ -50,10 +51,14 @@ if TYPE_CHECKING:
 class Trace:
     """What the cached stack did in one run: for the parity test and the benches."""
 
-    round_trips: int = 0  # its own: 0 when the reads came with the config (prefetched)
+    round_trips: int = 0  # its own: 0 when the reads came with the config (prefetched), one
+    # more when a delta fell back to the full scan
     prefetched: bool = False
     replayed: list[str] = field(default_factory=list)  # hook names, in chain order
     built: list[str] = field(default_factory=list)
+    # by hook: the files the database sent for its reads (0 when unchanged; after a skills
+    # change, only the heads written since)
+    received: dict[str, int] = field(default_factory=dict)
 
 
 TRACE: StateKey[Trace] = StateKey("perf", Trace)
@@ -188,14 +193,16 @@ class CachedStack(Stack):
         if prefetched is not None and [(p.key, p.counter) for p in prefetched.plan] == [
                 (key, None if built is None else built.counter)
                 for key, _, built in plans.values()]:
-            results = gated_results(backend, prefetched.reads, prefetched.rowsets)
+            sent = prefetched.reads
+            results = gated_results(backend, sent, prefetched.rowsets)
             trace.prefetched = True
         else:
-            wanted = [(r, None if built is None else built.counter)
-                      for _, reads, built in plans.values() for r in reads]
-            results = read_if_changed(backend, [gated(r, backend.ns(), k) for r, k in wanted])
+            sent = [gated(r, backend.ns(), *known(built, i))
+                    for _, reads, built in plans.values() for i, r in enumerate(reads)]
+            results = read_if_changed(backend, sent)
             trace.round_trips += 1
-        fetched = iter(results)
+        trace.round_trips += any(len(g.sent) > 1 for g in sent)  # a delta's fall back
+        fetched, counted = iter(results), iter(sent)
         plan: list[Planned] = []
         for mw, kind in zip(self.middlewares, self.kinds, strict=True):
             if not kind.hook:
@@ -205,6 +212,7 @@ class CachedStack(Stack):
                 continue
             key, reads, built = plans[id(mw)]
             got = [next(fetched) for _ in reads]
+            trace.received[mw.name] = sum(sum(next(counted).sent) for _ in reads)
             started = time.perf_counter()
             with ctx.telemetry.span(mw.span) as span:
                 if built is not None and all(rows is None for _, rows in got):
@@ -216,6 +224,9 @@ class CachedStack(Stack):
                             for (_, found), r in zip(got, reads, strict=True)]
                     counter = min((c for c, _ in got), default=0)
                     built, parsed = _build(ctx, mw, rows, counter, entry.memos)
+                    built = dataclasses.replace(built, kept=tuple(
+                        tuple(r) if is_skill_head(d) else None
+                        for d, r in zip(reads, rows, strict=True)))
                     self.cache.remember(entry, key, built)
                     trace.built.append(mw.name)
                 plan.append(Planned(key, tuple(reads), built.counter))
@@ -223,6 +234,14 @@ class CachedStack(Stack):
                 if hasattr(mw, "parse"):  # how many inputs the memo did not hold
                     span.set_attribute(ATTR_SKILLS_PARSED, parsed)
         entry.plan = tuple(plan)  # what the agent's next run reads with its config
+
+
+def known(built: Built | None, i: int) -> tuple[int | None, tuple[FileData, ...] | None]:
+    """What the ``i``-th read of a hook is gated on: the counter its cached build was made at,
+    and the rows that build kept of it (a delta's base)."""
+    if built is None:
+        return None, None
+    return built.counter, built.kept[i] if i < len(built.kept) else None
 
 
 def _bind_model(mw: ModelWrapper, ctx: RunContext, call_next: ModelCall) -> ModelCall:

@@ -1,18 +1,28 @@
 -- The speed layer's objects: what lets before_run skip work when nothing changed, and read the
 -- skills' frontmatter without cutting it at every scan. Deleting them costs speed, never a result.
 
--- The change counter. One row per agent whose memory or skills files were ever written:
--- `counter` takes a fresh value of a global sequence in the SAME transaction as every INSERT,
--- UPDATE (path moves included) or DELETE of a row under /memories/ or /skills/, whoever writes it
--- (files API, agent tools, the backend, another process, plain SQL): a trigger, not application
--- code. before_run reads it first and reuses its parsed memory and skills index while it has not
--- moved. A sequence, not +1: an agent deleted and created again never gets back a counter value a
--- cache may still hold.
+-- The change counters. One row per agent whose memory or skills files were ever written, two
+-- counters in it: `memories` and `skills` each take a fresh value of a global sequence in the SAME
+-- transaction as every INSERT, UPDATE (path moves included) or DELETE of a row under its prefix,
+-- whoever writes it (files API, agent tools, the backend, another process, plain SQL): a trigger,
+-- not application code. before_run reads them first and reuses its parsed memory, and its skills
+-- index, while its own counter has not moved: a memory edit re-sends no skill head. A sequence,
+-- not +1: an agent deleted and created again never gets back a counter value a cache may still
+-- hold. A new row starts all three at one fresh value.
+--
+-- After a skills change the speed layer reads only what changed: the SKILL.md rows whose `changed`
+-- (the `skills` value their last write took) is newer than the counter it saw, and the paths
+-- deleted or moved away since (agent_skill_deletions). `skills_since` is the oldest counter such a
+-- delta can start from (the row's creation, a TRUNCATE, the deletions' prune): a cache older than
+-- it reads everything. The value is taken under the row's lock, so an agent's values follow its
+-- writers' commit order: a write the reader's snapshot does not see has a newer value.
 CREATE SEQUENCE IF NOT EXISTS agent_changes_seq;
 CREATE TABLE IF NOT EXISTS agent_changes (
-    tenant_id text NOT NULL,
-    agent_id  text NOT NULL,
-    counter   bigint NOT NULL,
+    tenant_id    text NOT NULL,
+    agent_id     text NOT NULL,
+    memories     bigint NOT NULL,
+    skills       bigint NOT NULL,
+    skills_since bigint NOT NULL,
     PRIMARY KEY (tenant_id, agent_id),
     FOREIGN KEY (tenant_id, agent_id) REFERENCES agents ON DELETE CASCADE
 );
@@ -23,37 +33,114 @@ CREATE POLICY tenant_isolation ON agent_changes
 REVOKE ALL ON agent_changes FROM hango_app;
 GRANT SELECT ON agent_changes TO hango_app;
 
--- SECURITY DEFINER: the app role fires it but may only READ agent_changes (it cannot forge or
--- reset a counter). The EXISTS skips agents being deleted (their files go by cascade, and the
--- counter row with them).
+-- The SKILL.md paths deleted (or moved away), with the `skills` value of their last deletion (a
+-- path written again stays: its row's newer `changed` says it is back). At most 256 an agent: the
+-- 257th empties them and moves `skills_since` (a cache older than that reads everything once).
+CREATE TABLE IF NOT EXISTS agent_skill_deletions (
+    tenant_id text NOT NULL,
+    agent_id  text NOT NULL,
+    path      text COLLATE "C" NOT NULL,
+    changed   bigint NOT NULL,
+    PRIMARY KEY (tenant_id, agent_id, path),
+    FOREIGN KEY (tenant_id, agent_id) REFERENCES agents ON DELETE CASCADE
+);
+ALTER TABLE agent_skill_deletions ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS tenant_isolation ON agent_skill_deletions;
+CREATE POLICY tenant_isolation ON agent_skill_deletions
+    USING (tenant_id = current_setting('hango.tenant_id', true));
+REVOKE ALL ON agent_skill_deletions FROM hango_app;
+GRANT SELECT ON agent_skill_deletions TO hango_app;
+
+-- The `skills` value of a row's last write under /skills/ (NULL elsewhere, and for rows written
+-- before this column existed: older than any `skills_since`), and the index a delta reads by:
+-- SKILL.md rows alone, so that even a generic plan (which guesses a third of the rows for
+-- `changed > $n`) prefers it to a scan of every SKILL.md.
+ALTER TABLE agent_files ADD COLUMN IF NOT EXISTS changed bigint;
+CREATE INDEX IF NOT EXISTS agent_files_skill_md_changed ON agent_files (tenant_id, agent_id, changed)
+    WHERE changed IS NOT NULL AND path LIKE '%/SKILL.md';
+
+-- One change under `path`'s prefix: its counter moved (the row made if missing), the new value
+-- returned; NULL for an agent being deleted (its files go by cascade, and its counters with them).
+-- Called only by the trigger below, as the owner (no PUBLIC execute; neither SECURITY DEFINER nor
+-- its own search_path: each costs a setting saved and restored per row written).
+CREATE OR REPLACE FUNCTION hango_change(t text, a text, path text) RETURNS bigint
+    LANGUAGE plpgsql  -- not sql: PL/pgSQL keeps its plan between rows
+    AS $$
+DECLARE
+    value bigint;
+BEGIN
+    INSERT INTO public.agent_changes AS c (tenant_id, agent_id, memories, skills, skills_since)
+        SELECT t, a, n.v, n.v, n.v
+          FROM (SELECT pg_catalog.nextval('public.agent_changes_seq') AS v) n
+         WHERE EXISTS (SELECT 1 FROM public.agents g WHERE g.tenant_id = t AND g.agent_id = a)
+    ON CONFLICT (tenant_id, agent_id) DO UPDATE SET  -- evaluated under the row's lock
+        memories = CASE WHEN path LIKE '/memories/%'
+                        THEN pg_catalog.nextval('public.agent_changes_seq') ELSE c.memories END,
+        skills = CASE WHEN path LIKE '/skills/%'
+                      THEN pg_catalog.nextval('public.agent_changes_seq') ELSE c.skills END
+    RETURNING CASE WHEN path LIKE '/skills/%' THEN c.skills ELSE c.memories END INTO value;
+    RETURN value;
+END
+$$;
+REVOKE ALL ON FUNCTION hango_change(text, text, text) FROM PUBLIC;
+
+-- SECURITY DEFINER: the app role fires it but may only READ agent_changes and
+-- agent_skill_deletions (it cannot forge or reset a counter). BEFORE: it stamps the row's
+-- `changed`.
 CREATE OR REPLACE FUNCTION hango_bump_changes() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
     AS $$
 DECLARE
-    side record;
+    value bigint;
+    gone boolean := false;  -- the old row's path leaves (a DELETE, or an UPDATE that moves it)
 BEGIN
-    FOR side IN
-        SELECT OLD.tenant_id AS t, OLD.agent_id AS a, OLD.path AS p WHERE TG_OP <> 'INSERT'
-        UNION
-        SELECT NEW.tenant_id, NEW.agent_id, NEW.path WHERE TG_OP <> 'DELETE'
-    LOOP
-        IF side.p LIKE '/memories/%' OR side.p LIKE '/skills/%' THEN
-            INSERT INTO public.agent_changes (tenant_id, agent_id, counter)
-                SELECT side.t, side.a, pg_catalog.nextval('public.agent_changes_seq')
-                 WHERE EXISTS (SELECT 1 FROM public.agents g
-                                WHERE g.tenant_id = side.t AND g.agent_id = side.a)
-            ON CONFLICT (tenant_id, agent_id) DO UPDATE SET counter = EXCLUDED.counter;
+    IF TG_OP = 'DELETE' THEN
+        gone := true;
+    ELSIF TG_OP = 'UPDATE' THEN
+        gone := (OLD.tenant_id, OLD.agent_id, OLD.path) IS DISTINCT FROM
+                (NEW.tenant_id, NEW.agent_id, NEW.path);
+    END IF;
+    IF gone AND (OLD.path LIKE '/memories/%' OR OLD.path LIKE '/skills/%') THEN
+        value := public.hango_change(OLD.tenant_id, OLD.agent_id, OLD.path);
+        IF value IS NOT NULL AND OLD.path LIKE '/skills/%/SKILL.md' THEN
+            INSERT INTO public.agent_skill_deletions (tenant_id, agent_id, path, changed)
+                VALUES (OLD.tenant_id, OLD.agent_id, OLD.path, value)
+            ON CONFLICT (tenant_id, agent_id, path) DO UPDATE SET changed = EXCLUDED.changed;
+            IF EXISTS (SELECT 1 FROM public.agent_skill_deletions
+                        WHERE tenant_id = OLD.tenant_id AND agent_id = OLD.agent_id OFFSET 256) THEN
+                DELETE FROM public.agent_skill_deletions
+                 WHERE tenant_id = OLD.tenant_id AND agent_id = OLD.agent_id;
+                UPDATE public.agent_changes SET skills_since = value
+                 WHERE tenant_id = OLD.tenant_id AND agent_id = OLD.agent_id;
+            END IF;
         END IF;
-    END LOOP;
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    NEW.changed := NULL;
+    IF NEW.path LIKE '/memories/%' OR NEW.path LIKE '/skills/%' THEN
+        value := public.hango_change(NEW.tenant_id, NEW.agent_id, NEW.path);
+        IF NEW.path LIKE '/skills/%' THEN
+            NEW.changed := value;
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE OR REPLACE TRIGGER agent_files_changes BEFORE INSERT OR UPDATE OR DELETE ON agent_files
+    FOR EACH ROW EXECUTE FUNCTION hango_bump_changes();
+-- TRUNCATE fires no row trigger: move every counter, and no delta starts before it.
+CREATE OR REPLACE FUNCTION hango_bump_all_changes() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+    AS $$
+BEGIN
+    UPDATE public.agent_changes SET memories = n.v, skills = n.v, skills_since = n.v
+      FROM (SELECT pg_catalog.nextval('public.agent_changes_seq') AS v) n;
+    DELETE FROM public.agent_skill_deletions;
     RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER agent_files_changes AFTER INSERT OR UPDATE OR DELETE ON agent_files
-    FOR EACH ROW EXECUTE FUNCTION hango_bump_changes();
--- TRUNCATE fires no row trigger: move every counter.
-CREATE OR REPLACE FUNCTION hango_bump_all_changes() RETURNS trigger
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
-    AS $$ BEGIN UPDATE public.agent_changes SET counter = pg_catalog.nextval('public.agent_changes_seq'); RETURN NULL; END $$;
 CREATE OR REPLACE TRIGGER agent_files_truncated AFTER TRUNCATE ON agent_files
     FOR EACH STATEMENT EXECUTE FUNCTION hango_bump_all_changes();
 
