@@ -48,16 +48,20 @@ class Stack:
     def names(self) -> list[str]:
         return [getattr(m, "name", type(m).__name__) for m in self.middlewares]
 
+    def implements(self, mw: Any, protocol: type) -> bool:
+        """Whether ``mw`` has the members of ``protocol``, one of :mod:`hango.agent.hooks`."""
+        return isinstance(mw, protocol)
+
     def before_run(self, ctx: RunContext) -> None:
         for mw in self.middlewares:
-            if isinstance(mw, RunHook):
+            if self.implements(mw, RunHook):
                 mw.before_run(ctx)
 
     def tools(self, ctx: RunContext) -> dict[str, Tool]:
         """Every provided tool, by name, in a stable order (tool order is part of the cache key)."""
         found: dict[str, Tool] = {}
         for mw in self.middlewares:
-            if isinstance(mw, ToolProvider):
+            if self.implements(mw, ToolProvider):
                 for tool in mw.tools(ctx):
                     found.setdefault(tool.spec.name, tool)
         return dict(sorted(found.items()))
@@ -69,9 +73,9 @@ class Stack:
         blocks = [tenant_scope(ctx.tenant_id), Block(ctx.config.system_prompt, "system_prompt")]
         breakpoints: list[Breakpoint] = []
         for mw in self.middlewares:
-            if isinstance(mw, BreakpointMarker) and mw.marks_breakpoint:
+            if self.implements(mw, BreakpointMarker) and mw.marks_breakpoint:
                 breakpoints = [Breakpoint("system", len(blocks) - 1)]
-            if isinstance(mw, PromptContributor):
+            if self.implements(mw, PromptContributor):
                 blocks.extend(b for b in mw.system_blocks(ctx) if b.text)
         specs = tuple(t.spec for name, t in tools.items() if name in ctx.allowlist)
         return Request(model=model, tools=specs, system=tuple(blocks),
@@ -81,7 +85,7 @@ class Stack:
         """Call the model through every ``wrap_model_call``, first middleware outermost."""
         call = innermost
         for mw in reversed(self.middlewares):
-            if isinstance(mw, ModelWrapper):
+            if self.implements(mw, ModelWrapper):
                 call = _bind_model(mw, ctx, call)
         return call(request)
 
@@ -89,7 +93,7 @@ class Stack:
         """Run a tool call through every ``wrap_tool_call``, first middleware outermost."""
         call = innermost
         for mw in reversed(self.middlewares):
-            if isinstance(mw, ToolWrapper):
+            if self.implements(mw, ToolWrapper):
                 call = _bind_tool(mw, ctx, call)
         return call(tool_call)
 

@@ -6,8 +6,9 @@ build was made at. A hook whose reads are unchanged gets that build replayed (st
 events, published figures) inside its own span; a hook whose files changed builds from the
 rows, and what it built is recorded for the next run. A hook's ``parse``, if it has one, is
 memoised by its input. Other hooks run their plain ``before_run``, in chain order. The run's
-own reads (``read_file``) go through :class:`~hango.perf.backend.OneTripBackend`, and the tools,
-the request and the wrapper chains over each middleware class's protocols, checked once.
+own reads (``read_file``) go through :class:`~hango.perf.backend.OneTripBackend`; the tools,
+the request and the wrapper chains are the plain stack's, with each middleware class's
+protocols checked once (:meth:`CachedStack.implements`).
 """
 
 from __future__ import annotations
@@ -19,24 +20,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hango.agent.hooks import (
-    BreakpointMarker,
-    ModelCall,
-    ModelWrapper,
-    PromptContributor,
     Reader,
     RunContext,
     RunHook,
     StateKey,
-    Tool,
-    ToolCallNext,
-    ToolProvider,
-    ToolWrapper,
 )
-from hango.agent.promptcache import tenant_scope
 from hango.agent.stack import Stack, default_stack
 from hango.fs.backend import PostgresBackend
 from hango.fs.files import FileData, Namespace, Read, read
-from hango.models.base import Block, Breakpoint, Message, Request, ToolCall, ToolResult
 from hango.perf.backend import OneTripBackend
 from hango.perf.cache import CACHE, BuildCache, Built, ParseMemo, Planned, Recording, replay
 from hango.perf.gated import Gated, gated, is_skill_head, read_if_changed
@@ -64,34 +55,7 @@ class Trace:
 TRACE: StateKey[Trace] = StateKey("perf", Trace)
 
 
-@dataclass(frozen=True)
-class Kind:
-    """Which protocols of :mod:`hango.agent.hooks` a middleware's class implements."""
-
-    hook: bool
-    reader: bool
-    contributor: bool
-    marker: bool
-    model_wrapper: bool
-    provider: bool
-    tool_wrapper: bool
-
-
-_KINDS: dict[type, Kind] = {}
-
-
-def kind_of(mw: Any) -> Kind:
-    """``mw``'s protocols, known by its class after the first check: a ``runtime_checkable``
-    ``isinstance`` looks up every member at every call (4-17 us each, 25 a run). A
-    middleware's capabilities are its class's (every hango middleware sets its members in its
-    class or its ``__init__``)."""
-    kind = _KINDS.get(type(mw))
-    if kind is None:
-        kind = _KINDS[type(mw)] = Kind(
-            isinstance(mw, RunHook), isinstance(mw, Reader), isinstance(mw, PromptContributor),
-            isinstance(mw, BreakpointMarker), isinstance(mw, ModelWrapper),
-            isinstance(mw, ToolProvider), isinstance(mw, ToolWrapper))
-    return kind
+_KNOWN: dict[tuple[type, type], bool] = {}  # (a middleware's class, a protocol): implements it
 
 
 def _salt(hook: Reader, config: str, ctx: RunContext) -> Hashable:
@@ -127,47 +91,18 @@ class CachedStack(Stack):
         super().__init__(middlewares)
         self.cache = cache or CACHE
         self.prefetched = prefetched
-        self.kinds = [kind_of(mw) for mw in self.middlewares]
         self.trace: Trace | None = None  # its last run's
 
-    # The plain Stack's four other methods, over the middlewares' kinds instead of an isinstance
-    # of each at each call (the parity fixture compares their requests with the plain Stack's).
-
-    def tools(self, ctx: RunContext) -> dict[str, Tool]:
-        found: dict[str, Tool] = {}
-        for mw, kind in zip(self.middlewares, self.kinds, strict=True):
-            if kind.provider:
-                for tool in mw.tools(ctx):
-                    found.setdefault(tool.spec.name, tool)
-        return dict(sorted(found.items()))
-
-    def build_request(self, ctx: RunContext, messages: Sequence[Message], tools: dict[str, Tool],
-                      model: str) -> Request:
-        blocks = [tenant_scope(ctx.tenant_id), Block(ctx.config.system_prompt, "system_prompt")]
-        breakpoints: list[Breakpoint] = []
-        for mw, kind in zip(self.middlewares, self.kinds, strict=True):
-            if kind.marker and mw.marks_breakpoint:
-                breakpoints = [Breakpoint("system", len(blocks) - 1)]
-            if kind.contributor:
-                blocks.extend(b for b in mw.system_blocks(ctx) if b.text)
-        specs = tuple(t.spec for name, t in tools.items() if name in ctx.allowlist)
-        return Request(model=model, tools=specs, system=tuple(blocks),
-                       messages=tuple(messages), breakpoints=tuple(breakpoints))
-
-    def call_model(self, ctx: RunContext, request: Request, innermost: ModelCall) -> Any:
-        call = innermost
-        for mw, kind in zip(reversed(self.middlewares), reversed(self.kinds), strict=True):
-            if kind.model_wrapper:
-                call = _bind_model(mw, ctx, call)
-        return call(request)
-
-    def call_tool(self, ctx: RunContext, tool_call: ToolCall,
-                  innermost: ToolCallNext) -> ToolResult:
-        call = innermost
-        for mw, kind in zip(reversed(self.middlewares), reversed(self.kinds), strict=True):
-            if kind.tool_wrapper:
-                call = _bind_tool(mw, ctx, call)
-        return call(tool_call)
+    def implements(self, mw: Any, protocol: type) -> bool:
+        """The plain stack's check, known by ``mw``'s class after its first time: a
+        ``runtime_checkable`` ``isinstance`` looks up every member at every call (4-17 us each,
+        25 a run). A middleware's capabilities are its class's (every hango middleware sets its
+        members in its class or its ``__init__``)."""
+        key = (type(mw), protocol)
+        known = _KNOWN.get(key)
+        if known is None:
+            known = _KNOWN[key] = isinstance(mw, protocol)
+        return known
 
     def before_run(self, ctx: RunContext) -> None:
         backend = ctx.backend
@@ -184,8 +119,8 @@ class CachedStack(Stack):
         dump = config[2] if config is not None and config[1] is ctx.config else \
             ctx.config.model_dump_json()
         plans: dict[int, tuple[Hashable, list[Read], Built | None]] = {}
-        for mw, kind in zip(self.middlewares, self.kinds, strict=True):
-            if kind.reader:
+        for mw in self.middlewares:
+            if self.implements(mw, Reader):
                 reads = list(mw.reads(ctx))
                 key: Hashable = (_salt(mw, dump, ctx), tuple(reads))
                 plans[id(mw)] = (key, reads, self.cache.get(entry, key))
@@ -204,10 +139,10 @@ class CachedStack(Stack):
         trace.round_trips += any(len(g.sent) > 1 for g in sent)  # a delta's fall back
         fetched, counted = iter(results), iter(sent)
         plan: list[Planned] = []
-        for mw, kind in zip(self.middlewares, self.kinds, strict=True):
-            if not kind.hook:
+        for mw in self.middlewares:
+            if not self.implements(mw, RunHook):
                 continue
-            if not kind.reader:
+            if not self.implements(mw, Reader):
                 mw.before_run(ctx)
                 continue
             key, reads, built = plans[id(mw)]
@@ -242,14 +177,6 @@ def known(built: Built | None, i: int) -> tuple[int | None, tuple[FileData, ...]
     if built is None:
         return None, None
     return built.counter, built.kept[i] if i < len(built.kept) else None
-
-
-def _bind_model(mw: ModelWrapper, ctx: RunContext, call_next: ModelCall) -> ModelCall:
-    return lambda request: mw.wrap_model_call(ctx, request, call_next)
-
-
-def _bind_tool(mw: ToolWrapper, ctx: RunContext, call_next: ToolCallNext) -> ToolCallNext:
-    return lambda call: mw.wrap_tool_call(ctx, call, call_next)
 
 
 def _build(ctx: RunContext, hook: Reader, rows: list[list[FileData]], counter: int,
