@@ -268,10 +268,10 @@ def test_a_store_that_waited_for_the_run_numbers_its_calls_after_what_was_kept(
         second = threading.Thread(target=store)
         second.start()
         deadline = time.monotonic() + 30
-        with db.admin() as watch:
-            while watch.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type "
-                                "= 'Lock' AND query LIKE '%%FOR NO KEY UPDATE%%'"
-                                ).fetchone() != (1,):
+        with db.admin() as watch:  # a session waits behind the first part's lock: the second
+            while watch.execute("SELECT count(*) FROM pg_stat_activity "
+                                "WHERE %s = ANY (pg_blocking_pids(pid))",
+                                [first.info.backend_pid]).fetchone() != (1,):
                 assert time.monotonic() < deadline, "the second store never waited"
                 time.sleep(0.02)
         first.execute("INSERT INTO run_prompts (tenant_id, run_id, call, view, bytes) "
