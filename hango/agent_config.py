@@ -36,7 +36,17 @@ SkillsSource = Annotated[str, WithJsonSchema(
     {"type": "string", "pattern": rf"^/skills(/{_SEGMENT})*/?$"})]
 
 
-class AgentConfig(BaseModel):
+class _Sources(BaseModel):
+    """The one rule of memory and skills sources, for an agent's config and a tenant's defaults."""
+
+    @field_validator("memory", "skills", check_fields=False)
+    @classmethod
+    def _sources(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        key = info.field_name or ""
+        return _sources(value, PREFIX_MEMORIES if key == "memory" else PREFIX_SKILLS, key)
+
+
+class AgentConfig(_Sources):
     """What an agent may do and what it remembers. ``None`` sources mean the tenant defaults."""
 
     model_config = ConfigDict(extra="forbid")
@@ -72,16 +82,6 @@ class AgentConfig(BaseModel):
                 raise ValueError(f"tools[{i}] {name!r} is not a tool name")
         return list(dict.fromkeys(value))
 
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, value: list[str] | None) -> list[str] | None:
-        return _sources(value, PREFIX_MEMORIES, "memory")
-
-    @field_validator("skills")
-    @classmethod
-    def _skills(cls, value: list[str] | None) -> list[str] | None:
-        return _sources(value, PREFIX_SKILLS, "skills")
-
     @field_validator("subagents")
     @classmethod
     def _subagents(cls, value: list[str], info: ValidationInfo) -> list[str]:
@@ -104,7 +104,7 @@ class AgentConfig(BaseModel):
         return AgentConfig.model_validate(self.model_dump(), context={"agent_id": agent_id})
 
 
-class TenantDefaults(BaseModel):
+class TenantDefaults(_Sources):
     """A tenant's defaults, set by an owner: for its agents whose own config names none. A key
     left out (``None``) falls back to the server's ``HANGO_MEMORY_DEFAULT_SOURCES``,
     ``HANGO_SKILLS_DEFAULT_SOURCES``, ``HANGO_RESERVED_WRITES``. Validated as an agent's config."""
@@ -114,16 +114,6 @@ class TenantDefaults(BaseModel):
     memory: list[MemorySource] | None = Field(default=None, max_length=32)
     skills: list[SkillsSource] | None = Field(default=None, max_length=32)
     reserved_writes: Literal["refuse", "ask"] | None = None
-
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, value: list[str] | None) -> list[str] | None:
-        return _sources(value, PREFIX_MEMORIES, "memory")
-
-    @field_validator("skills")
-    @classmethod
-    def _skills(cls, value: list[str] | None) -> list[str] | None:
-        return _sources(value, PREFIX_SKILLS, "skills")
 
     def apply(self, config: AgentConfig) -> AgentConfig:
         """``config`` with what it leaves out taken from these defaults (its own values win)."""
