@@ -48,6 +48,7 @@ from hango.agents import AgentConfig, create_tenant, drop_tenant, save_agent
 from hango.db import Database
 from hango.fs.backend import PostgresBackend
 from hango.perf import CACHE, CachedStack
+from hango.perf.trip import one_trip
 from hango.settings import load_settings
 from hango.telemetry import Telemetry
 
@@ -153,6 +154,13 @@ def tenant_select_1(db: Database) -> Callable[[], object]:
         with db.tenant(TENANT) as conn:
             return conn.execute("SELECT 1").fetchone()
     return run
+
+
+def trip_floor(db: Database, statements: int) -> Callable[[], object]:
+    """The one round trip of a cached before_run with ``statements`` bare ``SELECT 1`` in place
+    of the gated reads: the role and the tenant (``set_config``) in the same pipeline, one Sync.
+    What the protocol and the pipeline cost before hango's SQL does any work."""
+    return lambda: one_trip(db, TENANT, [("SELECT 1", {})] * statements)
 
 
 def round_trips(db: Database, fn: Callable[[], object]) -> int:
@@ -386,6 +394,7 @@ def bench(db: Database, tmp: Path, args: argparse.Namespace) -> None:
         # 4 back to back, as a server runs one agent's runs.
         fns: dict[str, tuple[Callable[[], object], int]] = {
             "rt": (round_trip, 8), "tx": (tenant_select_1(db), 2), "hango": (hango, 4),
+            "floor0": (trip_floor(db, 0), 2), "floor2": (trip_floor(db, 2), 2),
             "lone": (hango, 1), "changed": (changed, 1), "cold": (cold, 1)}
         if da is not None and da_c is not None:
             fns["da"] = (da[0], 1)
@@ -396,6 +405,10 @@ def bench(db: Database, tmp: Path, args: argparse.Namespace) -> None:
     row("SELECT 1 round trip (pooled conn, autocommit)", rt)
     row("db.tenant() + SELECT 1 (one hango query elsewhere)", tx,
         f"= {p50(tx) / p50(rt):.1f} round trips")
+    row("one pipeline: role and tenant alone", t["floor0"],
+        f"= {p50(t['floor0']) / p50(rt):.1f} round trips")
+    row("one pipeline: role, tenant and 2 x SELECT 1", t["floor2"],
+        f"= {p50(t['floor2']) / p50(rt):.1f} round trips (the reads' floor)")
     row("hango before_run, unchanged, 4 back to back", h100,
         f"= {p50(h100) / p50(rt):.1f} round trips")
     row("hango before_run, unchanged, alone after deepagents", t["lone"],
