@@ -48,6 +48,7 @@ from hango.agents import AgentConfig, create_tenant, drop_tenant, save_agent
 from hango.db import Database
 from hango.fs.backend import PostgresBackend
 from hango.perf import CACHE, CachedStack
+from hango.perf import gated as gated_module
 from hango.perf.trip import one_trip
 from hango.settings import load_settings
 from hango.telemetry import Telemetry
@@ -161,6 +162,30 @@ def trip_floor(db: Database, statements: int) -> Callable[[], object]:
     of the gated reads: the role and the tenant (``set_config``) in the same pipeline, one Sync.
     What the protocol and the pipeline cost before hango's SQL does any work."""
     return lambda: one_trip(db, TENANT, [("SELECT 1", {})] * statements)
+
+
+def python_alone(hango: Callable[[], object]) -> Callable[[], object]:
+    """``hango`` (an unchanged cached before_run) with its round trip's answer given back from
+    one real trip: the time a run spends in Python, outside psycopg and the server."""
+    answers: list[Any] = []
+
+    def record(*args: Any) -> Any:
+        answers[:] = [one_trip(*args)]
+        return answers[0]
+
+    def run() -> object:
+        gated_module.one_trip = lambda *args: answers[0]
+        try:
+            return hango()
+        finally:
+            gated_module.one_trip = one_trip
+
+    gated_module.one_trip = record
+    try:
+        hango()
+    finally:
+        gated_module.one_trip = one_trip
+    return run
 
 
 def round_trips(db: Database, fn: Callable[[], object]) -> int:
@@ -395,6 +420,7 @@ def bench(db: Database, tmp: Path, args: argparse.Namespace) -> None:
         fns: dict[str, tuple[Callable[[], object], int]] = {
             "rt": (round_trip, 8), "tx": (tenant_select_1(db), 2), "hango": (hango, 4),
             "floor0": (trip_floor(db, 0), 2), "floor2": (trip_floor(db, 2), 2),
+            "python": (python_alone(hango), 4),
             "lone": (hango, 1), "changed": (changed, 1), "cold": (cold, 1)}
         if da is not None and da_c is not None:
             fns["da"] = (da[0], 1)
@@ -411,6 +437,8 @@ def bench(db: Database, tmp: Path, args: argparse.Namespace) -> None:
         f"= {p50(t['floor2']) / p50(rt):.1f} round trips (the reads' floor)")
     row("hango before_run, unchanged, 4 back to back", h100,
         f"= {p50(h100) / p50(rt):.1f} round trips")
+    row("hango before_run, unchanged, its Python alone", t["python"],
+        f"= {p50(t['python']) / p50(rt):.1f} round trips (the trip's answer given back)")
     row("hango before_run, unchanged, alone after deepagents", t["lone"],
         f"= {p50(t['lone']) / p50(rt):.1f} round trips")
     row("hango before_run, after one SKILL.md changed", t["changed"],
