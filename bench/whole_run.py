@@ -28,7 +28,7 @@ the same files, the same user message, the index budget off (deepagents has none
 are checked to hold the memory and the 100 skill lines; each side's model call is also timed
 alone, on the request its run sent.
 
-Run: ``.venv/bin/python bench/whole_run.py [--iterations 60] [--deepagents]``.
+Run: ``.venv/bin/python bench/whole_run.py [--iterations 60] [--deepagents [--profile]]``.
 """
 
 from __future__ import annotations
@@ -306,9 +306,9 @@ def fmt_load(load: tuple[float, float, float]) -> str:
     return " ".join(f"{x:.2f}" for x in load)
 
 
-def profiled(fn: Callable[[], object], calls: int, top: int = 25) -> None:
-    """cProfile of ``calls`` calls (after the timed rounds: warm), top functions by own time,
-    then by cumulative time."""
+def profiled(fn: Callable[[], object], calls: int, top: int = 30) -> None:
+    """cProfile of ``calls`` calls (after the timed rounds: warm): own time by part, the top
+    functions by own time, then hango's by cumulative time."""
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(calls):
@@ -323,9 +323,10 @@ def profiled(fn: Callable[[], object], calls: int, top: int = 25) -> None:
     print("  own time by part (ms a run, share)")
     for part, own in sorted(by_part.items(), key=lambda kv: -kv[1]):
         print(f"    {part:<40} {own / calls * 1000:7.3f} {own / stats.total_tt:6.1%}")  # type: ignore[attr-defined]
-    for order in ("tottime", "cumulative"):
-        print(f"\n  top {top} by {order}")
-        stats.sort_stats(order).print_stats(top)
+    print(f"\n  top {top} by own time")
+    stats.sort_stats("tottime").print_stats(top)
+    print(f"\n  hango's top {top} by cumulative time")
+    stats.sort_stats("cumulative").print_stats(f"{os.sep}hango{os.sep}", top)
 
 
 def part_of(filename: str) -> str:
