@@ -284,21 +284,29 @@ def deepagents_before_agent(root: Path, libyaml: bool = False
     skills = DaSkills(backend=backend, sources=["/skills/"])
     memory = DaMemory(backend=backend, sources=["/memories/AGENTS.md"])
 
-    c_yaml = types.SimpleNamespace(
-        safe_load=lambda text: yaml.load(text, Loader=yaml.CSafeLoader), YAMLError=yaml.YAMLError)
-
     def run() -> Any:
-        shipped = da_skills_module.yaml
-        if libyaml:
-            da_skills_module.yaml = c_yaml  # only around this call: the runs are interleaved
-        try:
+        with deepagents_libyaml(da_skills_module) if libyaml else contextlib.nullcontext():
             update = skills.before_agent({}, None, {})  # type: ignore[arg-type, typeddict-item]
             memory.before_agent({}, None, {})  # type: ignore[arg-type, typeddict-item]
-        finally:
-            da_skills_module.yaml = shipped
         return update
 
     return run, skills
+
+
+C_YAML = types.SimpleNamespace(  # the two names deepagents' skills module takes from ``yaml``
+    safe_load=lambda text: yaml.load(text, Loader=yaml.CSafeLoader), YAMLError=yaml.YAMLError)
+
+
+@contextlib.contextmanager
+def deepagents_libyaml(module: types.ModuleType) -> Iterator[None]:
+    """deepagents' skills parser (``module``: ``deepagents.middleware.skills``) on libyaml's C
+    loader inside the block only: the shipped and the patched runs are interleaved."""
+    shipped = module.yaml
+    module.yaml = C_YAML
+    try:
+        yield
+    finally:
+        module.yaml = shipped
 
 
 def write_tree(root: Path, content: dict[str, str]) -> None:
@@ -344,9 +352,9 @@ def frontmatter_bench(reps: int) -> None:
 
 # --- main ------------------------------------------------------------------------------------
 
-def seed(db: Database, agent_id: str, content: dict[str, str]) -> None:
-    save_agent(db, TENANT, agent_id, AgentConfig())
-    backend = PostgresBackend(db, TENANT, agent_id)
+def seed(db: Database, agent_id: str, content: dict[str, str], tenant: str = TENANT) -> None:
+    save_agent(db, tenant, agent_id, AgentConfig())
+    backend = PostgresBackend(db, tenant, agent_id)
     for path, text in content.items():
         backend.write(path, text)
 
