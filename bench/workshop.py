@@ -500,7 +500,7 @@ def compare(args: argparse.Namespace) -> None:
 
 
 def rounds(args: argparse.Namespace, this: Side, baseline: Side) -> None:
-    print(f"  {'run':9} {'UTC':8} {'load before':>16} {'runs/s':>7} {'errors':>6} "
+    print(f"  {'run':9} {'UTC':8} {'load before':>17} {'runs/s':>7} {'errors':>6} "
           f"{'CPU ms/loop: server':>19} {'postgres':>8} {'run p50':>8} {'run p99':>8} {'loop p99':>8}")
     figures: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     errors_seen: list[str] = []
@@ -522,7 +522,7 @@ def rounds(args: argparse.Namespace, this: Side, baseline: Side) -> None:
             loop99 = loop[min(len(loop) - 1, int(len(loop) * 0.99))]
             figures[side.name].append((runs / elapsed, p99, loop99))
             errors_seen += errors
-            print(f"  {side.name:9} {time.strftime('%H:%M:%S', time.gmtime())} {load:>16} "
+            print(f"  {side.name:9} {time.strftime('%H:%M:%S', time.gmtime())} {load:>17} "
                   f"{runs / elapsed:7.1f} {len(errors):6} {spent[0] * 1e3 / max(runs, 1):19.2f} "
                   f"{spent[1] * 1e3 / max(runs, 1):8.2f} "
                   f"{statistics.median(run) * 1e3:8.1f} {p99 * 1e3:8.1f} {loop99 * 1e3:8.1f}",
