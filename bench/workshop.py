@@ -25,8 +25,10 @@ server's processes and of PostgreSQL per loop, and the machine's load.
 each costs the server and PostgreSQL.
 
 ``--baseline DIR`` runs another checkout's ``hango serve`` (``DIR``, a checkout or a ``git
-archive`` of one) and this code's in turns, the same learners on one database, and prints the
-ratios per round.
+archive`` of one) and this code's in turns, and prints the ratios per round. Each side has an
+embedded database of its own (two data directories on this machine), its learners provisioned
+by its own code (``hango workshop provision``): an older hango refuses a newer schema, or
+re-applies its own over it.
 
 Run: ``.venv/bin/python bench/workshop.py [--learners 30] [--seconds 20] [--workers 3]
 [--in-process | --each 300 | --baseline DIR [--rounds 2]]``.
@@ -35,20 +37,25 @@ Run: ``.venv/bin/python bench/workshop.py [--learners 30] [--seconds 20] [--work
 from __future__ import annotations
 
 import argparse
+import csv
 import http.client
+import io
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 SKILLS = 20  # each learner's agent has a few skills, as in a course notebook
@@ -84,11 +91,10 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def postmaster_pid(db: object) -> int | None:
-    """The embedded server's postmaster (its CPU is counted); ``None`` for an external one."""
-    data_dir = getattr(db, "data_dir", None)
-    pidfile = Path(str(data_dir)) / "pgdata" / "postmaster.pid"
-    if not getattr(db, "embedded", False) or not pidfile.exists():
+def postmaster_pid(data_dir: Path | None) -> int | None:
+    """The postmaster of the embedded server in ``data_dir`` (its CPU is counted); ``None`` for
+    an external one."""
+    if data_dir is None or not (pidfile := data_dir / "pgdata" / "postmaster.pid").exists():
         return None
     return int(pidfile.read_text().split()[0])
 
@@ -152,13 +158,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_env(checkout: str | None = None) -> dict[str, str]:
+def server_env(checkout: str | None = None, data_dir: Path | None = None) -> dict[str, str]:
     """The server's environment: ``checkout`` first on its path (``--baseline``), and -P
     (Python 3.11) for it and its workers, since ``python -m`` would put the working directory
-    first, and from this checkout that is this checkout's hango."""
+    first, and from this checkout that is this checkout's hango; ``data_dir`` its embedded
+    database's ``HANGO_DATA_DIR``."""
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
     if checkout is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env.get("PYTHONPATH")]))
+    if data_dir is not None:
+        env["HANGO_DATA_DIR"] = str(data_dir)
     return env
 
 
@@ -170,14 +179,14 @@ def hango_of(checkout: str | None = None) -> str:
 
 
 @contextmanager
-def hango_serve(workers: int, token: str,
-                checkout: str | None = None) -> Iterator[tuple[str, list[int]]]:
+def hango_serve(workers: int, token: str, checkout: str | None = None,
+                data_dir: Path | None = None) -> Iterator[tuple[str, list[int]]]:
     """``hango serve --workers N`` on a free port, on ``checkout``'s code (``--baseline``) or
-    this one's; yields its URL and its process ids."""
+    this one's, on ``data_dir``'s database or the default; yields its URL and its process ids."""
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "hango.cli", "serve", "--port", str(port), "--workers",
-         str(workers), "--log-level", "warning"], env=server_env(checkout))
+         str(workers), "--log-level", "warning"], env=server_env(checkout, data_dir))
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -371,7 +380,7 @@ def main() -> None:
                         help="instead: N requests of each kind in a row, CPU per request")
     parser.add_argument("--baseline", metavar="DIR",
                         help="another checkout (or its `git archive`): its hango serve and this "
-                        "code's, in turns, on one database")
+                        "code's, in turns, each on a database of its own")
     parser.add_argument("--rounds", type=int, default=2,
                         help="with --baseline: rounds of (this, baseline), the order swapped "
                         "every other round")
@@ -379,19 +388,17 @@ def main() -> None:
     from hango.agents import drop_tenant
     from hango.db import Database
 
+    if args.baseline:
+        compare(args)
+        return
     load_before = loadavg()
     db = Database()
-    if getattr(db, "embedded", False):  # a baseline checkout's server would find its own
-        os.environ.setdefault("HANGO_DATA_DIR", str(db.data_dir))
     prefix = "ws-" + uuid.uuid4().hex[:6]
     learners = seats(db, args.learners, prefix)
-    postgres = postmaster_pid(db)
+    postgres = postmaster_pid(db.data_dir if getattr(db, "embedded", False) else None)
     try:
         if args.each:
             each_request(learners[0], args.each, postgres)
-            return
-        if args.baseline:
-            compare(args, learners, postgres)
             return
         if args.in_process:
             from hango.api.app import create_app, serve_in_thread
@@ -437,46 +444,93 @@ def main() -> None:
         print(f"  error: {line}")
 
 
-def compare(args: argparse.Namespace, learners: list[tuple[str, str]],
-            postgres: int | None) -> None:
-    """``--baseline``: this code's ``hango serve`` and the baseline's, in turns (ABBA...), the
-    same learners and database; a line per run, then this code against the baseline."""
-    sides = {"this": None, "baseline": args.baseline}
-    print(f"workshop: {args.learners} learners x (PUT memory + GET it + a run), "
-          f"{args.seconds:.0f} s a run, hango serve --workers {args.workers}, in turns: this "
-          f"code ({hango_of()}) and the baseline ({hango_of(args.baseline)})")
+@dataclass(frozen=True)
+class Side:
+    """One side of ``--baseline``: its code, its embedded database and its learners."""
+
+    name: str
+    checkout: str | None  # None: this code
+    data_dir: Path
+    seats: list[tuple[str, str]]  # (tenant, owner token)
+    postgres: int | None  # its postmaster (its backends' CPU is counted)
+
+
+@contextmanager
+def own_database(name: str, checkout: str | None, learners: int, root: Path) -> Iterator[Side]:
+    """A side's embedded PostgreSQL in ``root/name``, running while this process holds it; its
+    schema and its learners made by the side's own code (``hango workshop provision``)."""
+    from hango.embedded import EmbeddedServer, stop
+
+    data_dir = root / name
+    EmbeddedServer.get(data_dir)  # a new cluster, started (the same PostgreSQL for both sides)
+    try:
+        made = subprocess.run(
+            [sys.executable, "-m", "hango.cli", "workshop", "provision", "--learners",
+             str(learners), "--prefix", "ws", "--agent", "a1"],
+            env=server_env(checkout, data_dir), capture_output=True, text=True)
+        if made.returncode != 0:
+            raise SystemExit(f"{name}: hango workshop provision failed:\n{made.stderr[-3000:]}")
+        seats = [(row["tenant"], row["token"]) for row in csv.DictReader(io.StringIO(made.stdout))]
+        yield Side(name, checkout, data_dir, seats, postmaster_pid(data_dir))
+    finally:
+        stop(data_dir / "pgdata")
+
+
+def compare(args: argparse.Namespace) -> None:
+    """``--baseline``: this code's ``hango serve`` and the baseline's, in turns (ABBA...), each on
+    its own database with as many learners; a line per run, then this code against the
+    baseline. The learners' threads are the same code (this process) for both."""
+    if os.environ.get("HANGO_DATABASE_URL"):
+        raise SystemExit("--baseline gives each side an embedded database of its own: "
+                         "unset HANGO_DATABASE_URL")
     if hango_of() == hango_of(args.baseline):
         raise SystemExit("--baseline imports the same hango as this code: see bench/README.md")
-    print(f"  {'run':9} {'UTC':8} {'load before':>16} {'runs/s':>7} {'errors':>6} "
-          f"{'server CPU ms/loop':>18} {'run p50':>8} {'run p99':>8} {'loop p99':>8}")
+    root = Path(tempfile.mkdtemp(prefix="hango-workshop-"))
+    try:
+        with own_database("this", None, args.learners, root) as this, \
+                own_database("baseline", args.baseline, args.learners, root) as baseline:
+            print(f"workshop: {args.learners} learners x (PUT memory + GET it + a run), "
+                  f"{args.seconds:.0f} s a run, hango serve --workers {args.workers}, in turns:")
+            for side in (this, baseline):
+                print(f"  {side.name:9} hango {hango_of(side.checkout)}, database "
+                      f"{side.data_dir} (postmaster {side.postgres}), {len(side.seats)} learners")
+            rounds(args, this, baseline)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def rounds(args: argparse.Namespace, this: Side, baseline: Side) -> None:
+    print(f"  {'run':9} {'UTC':8} {'load before':>17} {'runs/s':>7} {'errors':>6} "
+          f"{'CPU ms/loop: server':>19} {'postgres':>8} {'run p50':>8} {'run p99':>8} {'loop p99':>8}")
     figures: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     errors_seen: list[str] = []
     for r in range(args.rounds):
-        for side in (("this", "baseline") if r % 2 == 0 else ("baseline", "this")):
+        for side in ((this, baseline) if r % 2 == 0 else (baseline, this)):
             load = " ".join(loadavg())
-            with hango_serve(args.workers, learners[0][1], sides[side]) as (url, server_pids):
-                def meter(pids: list[int] = server_pids) -> list[float]:
-                    backends = children(postgres) if postgres else []
-                    return [cpu_seconds(pids), cpu_seconds(backends)]
+            with hango_serve(args.workers, side.seats[0][1], side.checkout,
+                             side.data_dir) as (url, server_pids):
+                def meter(pids: list[int] = server_pids, pg: int | None = side.postgres
+                          ) -> list[float]:
+                    return [cpu_seconds(pids), cpu_seconds(children(pg) if pg else [])]
 
                 samples, errors, elapsed, spent = workshop(
-                    url, learners, args.seconds, lambda index, http: over_http(http), meter)
+                    url, side.seats, args.seconds, lambda index, http: over_http(http), meter)
             runs = len(samples["run"])
             run = sorted(samples["run"]) or [float("nan")]
             loop = sorted(samples["loop"]) or [float("nan")]
             p99 = run[min(len(run) - 1, int(len(run) * 0.99))]
             loop99 = loop[min(len(loop) - 1, int(len(loop) * 0.99))]
-            figures[side].append((runs / elapsed, p99, loop99))
+            figures[side.name].append((runs / elapsed, p99, loop99))
             errors_seen += errors
-            print(f"  {side:9} {time.strftime('%H:%M:%S', time.gmtime())} {load:>16} "
-                  f"{runs / elapsed:7.1f} {len(errors):6} {spent[0] * 1e3 / max(runs, 1):18.2f} "
+            print(f"  {side.name:9} {time.strftime('%H:%M:%S', time.gmtime())} {load:>17} "
+                  f"{runs / elapsed:7.1f} {len(errors):6} {spent[0] * 1e3 / max(runs, 1):19.2f} "
+                  f"{spent[1] * 1e3 / max(runs, 1):8.2f} "
                   f"{statistics.median(run) * 1e3:8.1f} {p99 * 1e3:8.1f} {loop99 * 1e3:8.1f}",
                   flush=True)
     for line in errors_seen[:5]:
         print(f"  error: {line}")
-    this, base = figures["this"], figures["baseline"]
     print("this / baseline, per round (runs/s; p99 of a run and of a loop, baseline / this):")
-    for a, b in zip(this, base, strict=True):
+    for a, b in zip(figures["this"], figures["baseline"], strict=True):
         print(f"  runs/s {a[0] / max(b[0], 1e-9):.2f}x   run p99 {b[1] / a[1]:.2f}x   "
               f"loop p99 {b[2] / a[2]:.2f}x")
     print(f"  errors {len(errors_seen)}; load after {' '.join(loadavg())}")

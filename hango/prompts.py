@@ -115,10 +115,12 @@ _INSERT: LiteralString = """
 # The views of a new run's calls, in the transaction that saves its row (the runs API sends
 # both in one round trip): kept only while the run has none, numbered from 1. A run id used
 # before keeps its views and gets fewer rows back than it sent: then store() appends them.
+# The views go as a binary text array (%b): each element is sent as it is, where the text
+# format would escape every quote of its JSON in Python (0.37 ms for one 12 KB view).
 INSERT_FIRST: LiteralString = """
     INSERT INTO run_prompts (tenant_id, run_id, call, view, bytes)
     SELECT %(t)s, %(r)s, v.call, v.view::json, v.bytes
-      FROM unnest(%(views)s::text[], %(sizes)s::int[]) WITH ORDINALITY AS v(view, bytes, call)
+      FROM unnest(%(views)b::text[], %(sizes)s::int[]) WITH ORDINALITY AS v(view, bytes, call)
      WHERE NOT EXISTS (SELECT 1 FROM run_prompts WHERE tenant_id = %(t)s AND run_id = %(r)s)
     RETURNING 1"""
 

@@ -311,6 +311,15 @@ def test_a_run_holding_u0000_is_listed_and_its_prompt_kept_exactly(t: T) -> None
     assert call["messages"][0]["text"] == "hello\x00world"
 
 
+def test_a_prompt_with_quotes_backslashes_and_any_script_is_kept_exactly(t: T) -> None:
+    """A run's views go to PostgreSQL as a binary text array, each view's JSON as it is: every
+    character that JSON or an array literal escapes comes back as it was sent."""
+    prompt = 'say "hi" \\ back\\slash \\"q\\" {a,b} NULL naïve 日本 🎉\ttab\nline'
+    run_id = _run(t.owner, prompt)["run_id"]
+    (call,) = t.owner.get(f"/runs/{run_id}/prompt").json()["calls"]
+    assert call["messages"][0]["text"] == prompt
+
+
 def test_the_cli_lists_runs_newest_first(t: T) -> None:
     first, waits = _run(t.owner, "hello")["run_id"], _run(t.member, REMEMBER)
     second = waits["run_id"]
