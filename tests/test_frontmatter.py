@@ -419,6 +419,12 @@ def test_rejections(head: str | bytes, fragment: str, line: int | None) -> None:
     assert str(error) == (error.reason if line is None else f"line {line}: {error.reason}")
 
 
+def test_a_tab_in_indentation_is_refused_with_the_whole_reason_and_its_own_line() -> None:
+    """A blank first line before it and lines after it do not move the line number."""
+    error = reject(doc(f"\n{N}\nmetadata:\n\ta: b\n{D}"))
+    assert str(error) == "line 5: tab in indentation; indent with spaces"
+
+
 def test_an_internal_failure_still_surfaces_as_a_frontmatter_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

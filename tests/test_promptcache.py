@@ -102,6 +102,21 @@ def test_a_marker_on_a_tool_moves_onto_the_first_system_block() -> None:
     assert "cache_control" not in wire_request(out)["tools"][-1]
 
 
+def test_a_tool_marker_moved_onto_the_first_system_block_keeps_its_ttl() -> None:
+    """A caller's 1-hour marker on a tool stays a 1-hour marker on ``system[0]``, also when the
+    prefix itself is cached for 5 minutes."""
+    out = sent(PromptCache(conversation=False, prefix_ttl="5m"), Breakpoint("tools", 1, "1h"))
+    assert out.breakpoints == (Breakpoint("system", 0, "1h"), Breakpoint("system", 1, "5m"))
+
+
+def test_the_cache_scope_block_is_byte_stable_across_releases() -> None:
+    """Its bytes open every cached prefix: a change makes every tenant write its prefix again.
+    16 hex digits of a SHA-256 of the tenant id, never the id itself."""
+    from hango.agent.promptcache import SCOPE_SOURCE, tenant_scope
+
+    assert tenant_scope("acme") == Block("cache scope: f532209f42b4711d", SCOPE_SOURCE)
+
+
 def test_every_request_starts_with_the_tenants_own_cache_scope(db: Database, tenant: str,
                                                                 capsys: Any) -> None:
     from hango.agent.promptcache import SCOPE_SOURCE, tenant_scope

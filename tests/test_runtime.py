@@ -13,7 +13,7 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -30,7 +30,16 @@ from hango.agents import AgentConfig, create_tenant, create_token, save_agent
 from hango.api.app import create_app, serve_in_thread
 from hango.db import Database
 from hango.fs.backend import FileNotFound, PostgresBackend
-from hango.models.base import Block, Message, ModelError, Request, Response, ToolCall, ToolResult
+from hango.models.base import (
+    Block,
+    InvalidRequest,
+    Message,
+    ModelError,
+    Request,
+    Response,
+    ToolCall,
+    ToolResult,
+)
 from hango.models.simulated import Reply, SimulatedModel, tool_call
 from hango.settings import load_settings
 from hango.telemetry import Telemetry
@@ -185,10 +194,11 @@ def test_the_run_span_follows_the_genai_agent_conventions(db: Database, tenant: 
     (root,) = [s for s in spans if s.name == "agent.run"]
     assert {k: root.attributes[k] for k in (
         "gen_ai.operation.name", "gen_ai.agent.name", "gen_ai.agent.id", "gen_ai.conversation.id",
-        "gen_ai.provider.name", "session.id", "user.id")} == {
+        "gen_ai.provider.name", "gen_ai.request.model", "session.id", "user.id")} == {
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a1",
         "gen_ai.agent.id": f"{tenant}/a1", "gen_ai.conversation.id": result.run_id,
-        "gen_ai.provider.name": "hango-sim", "session.id": result.run_id, "user.id": tenant}
+        "gen_ai.provider.name": "hango-sim", "gen_ai.request.model": "hango-sim-1",
+        "session.id": result.run_id, "user.id": tenant}
     for span in spans:  # Langfuse's trace keys on every observation of the run
         assert (span.attributes["langfuse.trace.name"], span.attributes["langfuse.session.id"],
                 span.attributes["langfuse.user.id"]) == ("a1", result.run_id, tenant), span.name
@@ -346,6 +356,9 @@ def test_the_run_log_line_names_agent_and_run(
     assert lines[0].getMessage().startswith(
         f"hango run tenant_id={tenant} agent_id=a1 run_id={result.run_id} status=done ")
     assert (lines[0].__dict__["agent_id"], lines[0].__dict__["run_id"]) == ("a1", result.run_id)
+    ratio = result.usage.read_ratio  # the provider said what it read: a number, not "unknown"
+    assert isinstance(ratio, float) and lines[0].__dict__["cache_read_ratio"] == ratio
+    assert f" cache_read_ratio={ratio:.3f}" in lines[0].getMessage()
 
 
 def test_tool_spans_say_whether_the_tool_failed(
@@ -359,6 +372,74 @@ def test_tool_spans_say_whether_the_tool_failed(
     root = next(s for s in exporter.get_finished_spans() if s.name == "agent.run")
     for span in tools:  # inside the run's trace, not a trace of their own
         assert span.context.trace_id == root.context.trace_id
+
+
+@pytest.fixture
+def captured() -> Any:
+    """A Telemetry with content capture on (what ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
+    switches), on private providers, and its span exporter."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return Telemetry(provider, MeterProvider(), capture_content=True), exporter
+
+
+def test_with_content_capture_the_run_span_shows_the_prompt_and_the_answer(
+        db: Database, tenant: str, captured: Any) -> None:
+    """The viewers' input and output panes: the user's message of this run (not the history
+    before it) and the final answer; each chat span shows what the model received."""
+    tel, exporter = captured
+    save_agent(db, tenant, "a1", AgentConfig())
+    history = [Message("user", "earlier"), Message("assistant", "noted")]
+    result = Agent(db, tenant, "a1", SimulatedModel(policy=["the answer"]), telemetry=tel).run(
+        "now", history)
+    spans = exporter.get_finished_spans()
+    root = next(s for s in spans if s.name == "agent.run")
+    assert {k: (root.attributes or {}).get(k) for k in ("input.value", "output.value")} == {
+        "input.value": "now", "output.value": "the answer"} and result.text == "the answer"
+    (chat,) = [s for s in spans if s.name.startswith("chat ")]
+    sent = (chat.attributes or {})["gen_ai.input.messages"]
+    assert isinstance(sent, str) and '"earlier"' in sent and '"now"' in sent
+
+
+def test_a_resumed_runs_span_shows_the_runs_prompt_not_what_the_model_said_last(
+        db: Database, tenant: str, captured: Any) -> None:
+    """A resume starts from the saved conversation, which ends with the model's words: the
+    input is still the user's message."""
+    tel, exporter = captured
+    agent = ask_agent(db, tenant, SimulatedModel(policy=[
+        Reply("I propose noting tea.", (_write(MEMORY, "- tea\n"),)), "end"]), telemetry=tel)
+    first = agent.run("remember tea")
+    approve(db, tenant, first.interrupt)
+    assert agent.resume(first.run_id).text == "end"
+    roots = [s for s in exporter.get_finished_spans() if s.name == "agent.run"]
+    assert [(r.attributes or {}).get("input.value") for r in roots] == ["remember tea"] * 2
+
+
+def test_an_empty_prompt_is_refused_naming_the_empty_message(db: Database, tenant: str) -> None:
+    save_agent(db, tenant, "a1", AgentConfig())
+    with pytest.raises(InvalidRequest, match=r"^messages\[0\] \(user\) is empty"):
+        Agent(db, tenant, "a1", SimulatedModel()).run("")
+
+
+def test_a_runs_token_metrics_name_the_provider_and_a_call_that_read_no_cache_is_counted(
+        db: Database, tenant: str, telemetry_pair: Any) -> None:
+    """The conventions' token usage histogram is split by provider; ``hango.cache.misses``
+    counts a call that read nothing from the cache, with why."""
+    tel, _, reader = telemetry_pair
+    result = _run(db, tenant, tel, ["done"])
+    assert result.usage.cache_read_input_tokens == 0  # the first call: nothing cached yet
+    data = reader.get_metrics_data()
+    metrics = {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics
+               for m in sm.metrics}
+    usage = metrics["gen_ai.client.token.usage"].data.data_points
+    assert {(dp.attributes or {}).get("gen_ai.provider.name") for dp in usage} == {"hango-sim"}
+    (miss,) = metrics["hango.cache.misses"].data.data_points
+    assert miss.value == 1 and (miss.attributes or {})["hango.cache.miss_reason"]
 
 
 
@@ -494,6 +575,25 @@ def test_the_time_limit_stops_a_run_with_a_warning_naming_the_setting(db: Databa
         "failed", "time_limit", "", [])
     assert result.warnings[-1:] == ["run stopped after HANGO_RUN_MAX_SECONDS=1e-09 s"]
     assert runs.load(db, tid, result.run_id)["result"]["stop_reason"] == "time_limit"
+
+
+def test_a_failing_model_is_named_with_the_first_line_of_its_error_cut_at_300_characters(
+        db: Database) -> None:
+    """The warning (and the runs row) say which model failed and how, in one bounded line; an
+    error with no message still names its type."""
+    tid = _tenant(db)
+
+    def failing(message: str) -> Any:
+        def model(request: Request) -> Reply:
+            raise RuntimeError(message)
+        return model
+
+    long = Agent(db, tid, "a1", SimulatedModel(policy=[failing("x" * 400 + "\nsecond line")]))
+    silent = Agent(db, tid, "a1", SimulatedModel(policy=[failing("")]))
+    results = [long.run("hi"), silent.run("hi")]
+    assert [(r.stop_reason, r.warnings[-1]) for r in results] == [
+        ("model_error", "the model hango-sim-1 failed: RuntimeError: " + "x" * 300),
+        ("model_error", "the model hango-sim-1 failed: RuntimeError: ")]
 
 
 def test_the_assistant_turn_is_sent_back_with_its_text_and_calls(db: Database) -> None:
@@ -851,3 +951,127 @@ def test_a_resumed_run_keeps_the_system_blocks_and_breakpoints_it_started_with(
     fresh = agent.run("again").requests[0]  # the next run does see the skill, in its prefix
     assert any(b.source == "skills" for b in fresh.system)
     assert fresh.system_breakpoint != before.system_breakpoint
+
+
+def test_an_interrupted_run_answers_with_what_the_model_said_with_the_call_that_waits(
+        db: Database) -> None:
+    tid = _tenant(db, reserved_writes="ask")
+    result = Agent(db, tid, "a1", SimulatedModel(policy=[
+        Reply("I propose noting tea.", (_write(MEMORY, "- tea\n"),))])).run("go")
+    assert (result.status, result.text) == ("interrupted", "I propose noting tea.")
+    assert runs.load(db, tid, result.run_id)["result"]["text"] == "I propose noting tea."
+
+
+def test_who_started_a_run_is_kept_in_its_row_whether_it_ended_or_waits(db: Database) -> None:
+    """``GET /runs?mine`` and ``hango runs`` filter and show runs by who started them."""
+    tid = _tenant(db, reserved_writes="ask")
+    agent = Agent(db, tid, "a1", SimulatedModel(policy=["done", [_write(MEMORY)]]),
+                  started_by="member:abc")
+    done, waiting = agent.run("hi", record=True), agent.run("go")
+    assert (done.status, waiting.status) == ("done", "interrupted")
+    assert [runs.load(db, tid, r.run_id)["started_by"] for r in (done, waiting)] == [
+        "member:abc", "member:abc"]
+
+
+def test_a_resumed_run_proposes_in_the_name_of_who_started_it_not_who_resumed_it(
+        db: Database) -> None:
+    """An owner resumes a member's run: the member's next proposal still counts as the
+    member's (HANGO_PROPOSALS_MAX_PENDING_PER_MEMBER)."""
+    tid = _tenant(db, reserved_writes="ask")
+    model = SimulatedModel(policy=[[_write(MEMORY, "one")], [_write("/memories/b.md", "two")]])
+    first = Agent(db, tid, "a1", model, started_by="member:abc").run("go")
+    _approve(db, tid, first)
+    second = Agent(db, tid, "a1", model, started_by="owner:xyz").resume(first.run_id)
+    assert second.status == "interrupted" and second.interrupt is not None
+    assert (second.interrupt["path"], second.interrupt["proposed_by"]) == (
+        "/memories/b.md", "member:abc")
+
+
+def test_a_resume_that_failed_after_a_new_turn_still_proposes_in_the_starters_name(
+        db: Database) -> None:
+    """The first resume saves a new turn, then its model fails; the next resume goes on from
+    that saved turn, still in the name of who started the run."""
+    tid = _tenant(db, reserved_writes="ask")
+
+    def down(request: Request) -> Reply:
+        raise RuntimeError("the model is down")
+
+    model = SimulatedModel(policy=[[_write(MEMORY, "one")], [tool_call("ls", {"path": "/"})],
+                                   down, [_write("/memories/b.md", "two")]])
+    first = Agent(db, tid, "a1", model, started_by="member:abc").run("go")
+    _approve(db, tid, first)
+    owner = Agent(db, tid, "a1", model, started_by="owner:xyz")
+    with pytest.raises(ModelError, match="the model is down"):
+        owner.resume(first.run_id)
+    again = owner.resume(first.run_id)
+    assert again.status == "interrupted" and again.interrupt is not None
+    assert (again.interrupt["path"], again.interrupt["proposed_by"]) == (
+        "/memories/b.md", "member:abc")
+
+
+def test_a_resume_whose_claim_was_released_before_it_ended_leaves_the_run_resumable(
+        db: Database) -> None:
+    """An owner frees the claim of a resume that looked dead while its model answered: that
+    resume stops with LeaseLost instead of overwriting the run, and the next resume ends it."""
+    from hango.agent import resuming
+
+    tid = _tenant(db, reserved_writes="ask")
+    run_id = ""
+
+    def freed(request: Request) -> Reply:
+        resuming.release(db, tid, run_id)  # what an owner's release does
+        return Reply("end")
+
+    agent = Agent(db, tid, "a1", SimulatedModel(policy=[[_write(MEMORY)], freed, "end again"]))
+    first = agent.run("go")
+    run_id = first.run_id
+    _approve(db, tid, first)
+    with pytest.raises(runs.LeaseLost):
+        agent.resume(run_id)
+    assert runs.load(db, tid, run_id)["status"] == "interrupted"
+    assert agent.resume(run_id).text == "end again"
+    assert runs.load(db, tid, run_id)["status"] == "done"
+
+
+def test_a_resume_whose_claim_was_released_before_it_paused_again_proposes_nothing(
+        db: Database) -> None:
+    """The claim is freed just before the resumed run's next call becomes a proposal: the run
+    is not saved by a resume that no longer holds it, and the proposal is not kept either."""
+    from hango.agent import resuming
+
+    tid = _tenant(db, reserved_writes="ask")
+    run_id = ""
+
+    class OwnerFreesTheClaim:  # outermost tool wrapper: runs before the call is proposed
+        name = "owner_frees_the_claim"
+
+        def wrap_tool_call(self, ctx: Any, call: ToolCall,
+                           call_next: Callable[[ToolCall], ToolResult]) -> ToolResult:
+            if call.arguments.get("path") == "/memories/b.md":
+                resuming.release(db, tid, run_id)
+            return call_next(call)
+
+    agent = Agent(db, tid, "a1", SimulatedModel(policy=[[_write(MEMORY)],
+                                                        [_write("/memories/b.md")]]),
+                  stack=lambda a: Stack([OwnerFreesTheClaim(), *default_stack(a).middlewares]))
+    first = agent.run("go")
+    run_id = first.run_id
+    _approve(db, tid, first)
+    with pytest.raises(runs.LeaseLost):
+        agent.resume(run_id)
+    assert [p.path for p in proposals.list_proposals(db, tid, "a1", status=None)] == [
+        MEMORY]
+    assert runs.load(db, tid, run_id)["status"] == "interrupted"
+
+
+def test_a_resumed_runs_call_to_a_tool_outside_the_allowlist_is_refused_and_the_run_goes_on(
+        db: Database) -> None:
+    tid = _tenant(db, reserved_writes="ask")
+    agent = Agent(db, tid, "a1", SimulatedModel(policy=[
+        [_write(MEMORY)], [tool_call("rm", {"path": "/"})], "end"]))
+    first = agent.run("go")
+    _approve(db, tid, first)
+    resumed = agent.resume(first.run_id)
+    assert (resumed.status, resumed.text) == ("done", "end")
+    assert [r.content for r in resumed.messages[-2].tool_results] == [
+        "refused: tool 'rm' is not in this agent's allowlist"]
